@@ -1,0 +1,25 @@
+# The README's commands. Each one sets up (or reuses) the project virtualenv first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.minicb-installed
+
+.PHONY: lab test demo
+
+# Re-installs only when the dependency list or the pins change, so a second run takes seconds.
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "minicb needs Python >= 3.10, found " + sys.version.split()[0]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+lab: $(STAMP)
+	mkdir -p notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(PY) -m minicb demo --max-tokens 120

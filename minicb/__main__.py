@@ -1,0 +1,5 @@
+import sys
+
+from minicb.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""FlatBatch: the scheduler's decision for one step, as the tensors the model runs on.
+
+Every sequence contributes a chunk of new tokens: a whole prompt (prefill), part of one (chunked
+prefill), or one token (decode). The chunks are concatenated into one flat batch of T tokens;
+nothing is padded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minicb.attention.metadata import AttentionMetadata
+
+
+@dataclass
+class SequenceChunk:
+    token_ids: list[int]     # the new tokens this step
+    num_cached: int          # tokens already in the KV cache before them (their first position)
+    block_table: list[int]   # the sequence's blocks; must cover num_cached + len(token_ids)
+    needs_logits: bool = True  # False for a prefill chunk that is not the prompt's last
+
+
+@dataclass
+class FlatBatch:
+    input_ids: torch.Tensor       # (T,) int64
+    positions: torch.Tensor       # (T,) int64
+    attn: AttentionMetadata
+    logits_indices: torch.Tensor  # (B',) rows of the T whose hidden state becomes a next token
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[0]
+
+    @classmethod
+    def build(cls, chunks: list[SequenceChunk], block_size: int,
+              device: torch.device | str = "cpu") -> "FlatBatch":
+        if not chunks:
+            raise ValueError("a batch needs at least one sequence chunk")
+        input_ids: list[int] = []
+        positions: list[int] = []
+        logits_indices: list[int] = []
+        for chunk in chunks:
+            input_ids.extend(chunk.token_ids)
+            positions.extend(range(chunk.num_cached, chunk.num_cached + len(chunk.token_ids)))
+            if chunk.needs_logits:
+                logits_indices.append(len(input_ids) - 1)
+        attn = AttentionMetadata.build(
+            query_lens=[len(c.token_ids) for c in chunks],
+            seq_lens=[c.num_cached + len(c.token_ids) for c in chunks],
+            block_tables=[c.block_table for c in chunks], block_size=block_size, device=device)
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
+        return cls(as_long(input_ids), as_long(positions), attn, as_long(logits_indices))

@@ -1,0 +1,69 @@
+"""ModelRunner: owns the model, its tokenizer and the paged KV cache, and runs one FlatBatch."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from minicb.attention.torch_backend import paged_attention
+from minicb.batch import FlatBatch
+from minicb.model.loader import load_model, resolve_model_path
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but torch sees no GPU; use device='cpu' or 'auto', "
+                         "or install a CUDA build of torch")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """fp32 on the CPU by default; bf16 on a GPU that has it, else fp16."""
+    if dtype is None or dtype == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)} or 'auto'")
+    return DTYPES[dtype]
+
+
+def load_tokenizer(folder: Path):
+    """The checkpoint's own tokenizer, or None when the folder has none (token-id prompts only)."""
+    if not (folder / "tokenizer.json").exists() and not (folder / "tokenizer_config.json").exists():
+        return None
+    from transformers import AutoTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoTokenizer.from_pretrained(str(folder))
+
+
+class ModelRunner:
+    def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
+                 dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16):
+        if block_size < 1 or num_blocks < 1:
+            raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.model_path = resolve_model_path(model)
+        self.model, self.config = load_model(self.model_path, self.device, self.dtype)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.block_size, self.num_blocks = block_size, num_blocks
+        c = self.config
+        self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim,
+                                    device=self.device, dtype=self.dtype)  # (L, K|V, blocks, bs, n_kv, hd)
+
+    @torch.inference_mode()
+    def execute(self, batch: FlatBatch) -> torch.Tensor:
+        """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
+        hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, paged_attention)
+        return self.model.compute_logits(hidden[batch.logits_indices])

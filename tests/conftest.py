@@ -1,0 +1,113 @@
+"""Shared fixtures: random-init tiny checkpoints of each supported architecture, and HF references."""
+from __future__ import annotations
+
+import os
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a hub
+
+import pytest
+import torch
+
+from minicb.model.loader import BARD_PATH
+
+# A greedy token may legitimately differ from the reference only where the reference's two best
+# logits are closer than this: two correct fp32 implementations differ by ~1e-6 in the logits.
+NEAR_TIE_GAP = 1e-4
+
+TINY = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            initializer_range=0.2)  # a wide init makes logits peaked, so greedy paths have few near-ties
+
+
+def tiny_hf_config(variant: str):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    if variant == "llama":
+        return LlamaConfig(**TINY)
+    if variant == "llama3-rope-tied":
+        return LlamaConfig(**TINY, tie_word_embeddings=True, rope_theta=500000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64})
+    if variant == "mistral":
+        return MistralConfig(**TINY, sliding_window=None)
+    if variant == "qwen2":
+        return Qwen2Config(**TINY, tie_word_embeddings=True)
+    if variant == "qwen3":
+        return Qwen3Config(**{**TINY, "num_key_value_heads": 1}, head_dim=24)  # explicit head_dim != d/H
+    raise ValueError(variant)
+
+
+TINY_VARIANTS = ["llama", "llama3-rope-tied", "mistral", "qwen2", "qwen3"]
+
+
+def load_hf(path):
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """variant -> (folder, HF model): saved once per session with HF's own save_pretrained."""
+    from transformers import AutoModelForCausalLM
+
+    made = {}
+
+    def make(variant: str):
+        if variant not in made:
+            torch.manual_seed(TINY_VARIANTS.index(variant))
+            model = AutoModelForCausalLM.from_config(tiny_hf_config(variant)).eval()
+            folder = tmp_path_factory.mktemp(variant)
+            model.save_pretrained(folder)
+            made[variant] = (folder, load_hf(folder))
+        return made[variant]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def bard_hf():
+    return load_hf(BARD_PATH)
+
+
+@pytest.fixture(scope="session")
+def bard_runner():
+    from minicb.runner import ModelRunner
+
+    return ModelRunner(None, device="cpu", num_blocks=1024, block_size=16)
+
+
+def hf_greedy(hf_model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """HF `generate`'s greedy tokens for one prompt, alone, ignoring EOS, and its logits at each step."""
+    from transformers import GenerationConfig
+
+    # generate() fills unset fields from the model's own generation_config, EOS included, so the
+    # "ignore EOS" reference needs EOS removed there as well.
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+    saved_eos = hf_model.generation_config.eos_token_id
+    hf_model.generation_config.eos_token_id = None
+    try:
+        with torch.no_grad():
+            out = hf_model.generate(torch.tensor([prompt_ids]), generation_config=config,
+                                    output_logits=True, return_dict_in_generate=True)
+    finally:
+        hf_model.generation_config.eos_token_id = saved_eos
+    return out.sequences[0, len(prompt_ids):].tolist(), torch.cat(out.logits).float()  # (n, vocab)
+
+
+def compare_greedy(got: list[int], want: list[int], ref_logits: torch.Tensor) -> str:
+    """'equal', or 'near-tie' when the first divergence sits where the reference's top-2 gap is
+    below NEAR_TIE_GAP (after which the sequences legitimately part ways); anything else fails."""
+    for step, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            top2 = ref_logits[step].topk(2).values
+            gap = float(top2[0] - top2[1])
+            assert gap < NEAR_TIE_GAP, (
+                f"greedy token {step} differs ({g} vs reference {w}) although the reference's top-2 logit "
+                f"gap is {gap:.2e} >= {NEAR_TIE_GAP}: a real bug, not a near-tie")
+            return "near-tie"
+    assert len(got) == len(want), f"{len(got)} tokens generated, reference has {len(want)}"
+    return "equal"

@@ -22,6 +22,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -84,8 +85,14 @@ def train_tokenizer(texts: list[str], vocab_size: int, out: Path):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=1024)
     fast.save_pretrained(out)
+    # Name the class every transformers release knows (5.x writes its new alias, TokenizersBackend).
+    config_path = out / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("backend", None)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     return fast
 
 
@@ -155,6 +162,8 @@ def main() -> None:
     heldout_texts, train_texts = texts[:n_heldout], texts[n_heldout:]
 
     args.out.mkdir(parents=True, exist_ok=True)
+    speakers = Counter(speaker for speaker, _ in speeches)
+    (args.out / "speakers.json").write_text(json.dumps(dict(speakers.most_common()), indent=0) + "\n")
     tokenizer = train_tokenizer(train_texts, args.vocab_size, args.out)
     train_docs = [tokenizer(t)["input_ids"] for t in train_texts]
     heldout_docs = [tokenizer(t)["input_ids"] for t in heldout_texts]

@@ -1,8 +1,11 @@
 """minicb: a compact LLM serving engine for learning continuous batching."""
-from minicb.generate import generate
+from minicb.config import EngineConfig
+from minicb.engine import LLM, LLMEngine
 from minicb.model.loader import BARD_PATH, load_model
+from minicb.request import CompletionOutput, RequestOutput, RequestStatus
 from minicb.runner import ModelRunner
 from minicb.sampling import SamplingParams
 
 __version__ = "0.1.0"
-__all__ = ["BARD_PATH", "ModelRunner", "SamplingParams", "generate", "load_model"]
+__all__ = ["BARD_PATH", "CompletionOutput", "EngineConfig", "LLM", "LLMEngine", "ModelRunner", "RequestOutput",
+           "RequestStatus", "SamplingParams", "load_model"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from minicb.attention.metadata import AttentionMetadata
+from minicb.scheduler import SchedulerOutput
 
 
 @dataclass
@@ -51,3 +52,15 @@ class FlatBatch:
             block_tables=[c.block_table for c in chunks], block_size=block_size, device=device)
         as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
         return cls(as_long(input_ids), as_long(positions), attn, as_long(logits_indices))
+
+    @classmethod
+    def from_scheduler_output(cls, out: SchedulerOutput, block_tables: dict[str, list[int]], block_size: int,
+                              device: torch.device | str = "cpu") -> "FlatBatch":
+        """Each scheduled request brings its next num_new_tokens uncomputed tokens."""
+        chunks = []
+        for c in out.chunks:
+            req = c.request
+            start = req.num_computed_tokens
+            chunks.append(SequenceChunk(req.all_token_ids[start:start + c.num_new_tokens], start,
+                                        block_tables[req.request_id], c.completes_known_tokens))
+        return cls.build(chunks, block_size, device)

@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minicb.generate import Sequence, generate
-from minicb.runner import ModelRunner
+from minicb.engine import LLM
+from minicb.metrics import summarize
+from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.viz.text import occupancy_chart
+from minicb.workload import make_workload, run_workload
 
-DEMO_SPEAKERS = ("ROMEO.", "JULIET.", "HAMLET.", "FALSTAFF.")
+DEMO_SPEAKERS = ("ROMEO.", "JULIET.")
 
 
 def bard_prompt(text: str) -> str:
@@ -16,31 +19,43 @@ def bard_prompt(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def stream_one(runner: ModelRunner, prompt: str, params: SamplingParams, out=sys.stdout) -> Sequence:
-    """Print a single completion as it is generated, token by token."""
-    shown = 0
-
-    def print_new_text(seqs: list[Sequence]) -> None:
-        nonlocal shown
-        text = seqs[0].text
-        # A byte-level token can end inside a multi-byte character; wait for the rest of it.
-        ready = len(text) - 1 if text.endswith("\ufffd") and seqs[0].finish_reason is None else len(text)
-        out.write(text[shown:ready])
+def stream_one(llm: LLM, prompt: str, params: SamplingParams, out=sys.stdout) -> RequestOutput:
+    """Print one completion as it is generated, token by token."""
+    out.write(prompt)
+    for _, new_text, output in llm.stream([prompt], params):
+        out.write(new_text)
         out.flush()
-        shown = max(shown, ready)
+    completion = output.outputs[0]
+    out.write(f"\n[{len(completion.token_ids)} tokens, finished: {completion.finish_reason}]\n")
+    return output
 
-    (seq,) = generate(runner, [prompt], params, on_step=print_new_text)
-    out.write(f"\n[{len(seq.output_token_ids)} tokens, finished: {seq.finish_reason}]\n")
-    return seq
+
+def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 6) -> None:
+    """The same small workload under static and continuous batching: a table and both charts."""
+    work = make_workload(requests, lengths="natural", temperature=0.8, max_tokens=120, seed=args.seed)
+    print(f"\n{requests} requests, natural lengths (EOS), {seats} seats, Bard on {args.device}\n")
+    rows = []
+    for batching in ("static", "continuous"):
+        llm = LLM(args.model, device=args.device, dtype=args.dtype, batching=batching, max_num_seqs=seats)
+        stats = summarize(run_workload(llm.engine, work, progress=False), llm.engine.trace)
+        rows.append((batching, stats))
+        print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its slot)")
+        print(occupancy_chart(llm.engine.trace) + "\n")
+    print(f"{'':12s} {'steps':>6s} {'slot util':>9s} {'tok/s':>7s} {'mean TTFT':>10s} {'mean e2e':>9s}")
+    for name, st in rows:
+        print(f"{name:12s} {st['steps']:6d} {100 * st['slot_utilization']:8.0f}% {st['output_tok_per_s']:7.0f} "
+              f"{st['ttft']['mean']:9.2f}s {st['e2e']['mean']:8.2f}s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m minicb", description="minicb: continuous batching, built to learn from")
+    ap = argparse.ArgumentParser(prog="python -m minicb",
+                                 description="minicb: continuous batching, built to learn from")
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model", default=None, help="local Hugging Face model folder (default: the shipped Bard)")
     common.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    common.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: fp32 on CPU, bf16/fp16 on GPU)")
+    common.add_argument("--dtype", default=None,
+                        help="float32, float16 or bfloat16 (default: fp32 on CPU, bf16/fp16 on GPU)")
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--temperature", type=float, default=0.8)
     common.add_argument("--top-k", type=int, default=-1)
@@ -48,19 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--max-tokens", type=int, default=256)
     gen = sub.add_parser("generate", parents=[common], help="stream one completion to the terminal")
     gen.add_argument("--prompt", required=True, help="for Bard a speaker line such as 'ROMEO.' (a newline is added)")
-    sub.add_parser("demo", parents=[common], help="a speech from each of a few speakers")
+    sub.add_parser("demo", parents=[common], help="two streamed speeches, then static vs continuous batching")
     args = ap.parse_args(argv)
 
     try:
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                 max_tokens=args.max_tokens, seed=args.seed)
-        runner = ModelRunner(args.model, device=args.device, dtype=args.dtype)
+        llm = LLM(args.model, device=args.device, dtype=args.dtype)
         prompts = [args.prompt] if args.command == "generate" else list(DEMO_SPEAKERS)
         for prompt in prompts:
-            prompt = bard_prompt(prompt) if args.model is None else prompt
-            sys.stdout.write(prompt)
-            stream_one(runner, prompt, params)
+            stream_one(llm, bard_prompt(prompt) if args.model is None else prompt, params)
             sys.stdout.write("\n")
+        if args.command == "demo":
+            compare_batching(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

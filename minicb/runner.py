@@ -1,12 +1,13 @@
 """ModelRunner: owns the model, its tokenizer and the paged KV cache, and runs one FlatBatch."""
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
 import torch
 
-from minicb.attention.torch_backend import paged_attention
+from minicb.attention.torch_backend import BACKENDS
 from minicb.batch import FlatBatch
 from minicb.model.loader import load_model, resolve_model_path
 
@@ -49,9 +50,13 @@ def load_tokenizer(folder: Path):
 
 class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
-                 dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16):
+                 dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
+                 attn_backend: str = "torch"):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
+        if attn_backend not in BACKENDS:
+            raise ValueError(f"attn_backend={attn_backend!r} is unknown; use one of {', '.join(BACKENDS)}")
+        self.attention = BACKENDS[attn_backend]
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
@@ -62,8 +67,14 @@ class ModelRunner:
         self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim,
                                     device=self.device, dtype=self.dtype)  # (L, K|V, blocks, bs, n_kv, hd)
 
+    clock = staticmethod(time.perf_counter)
+
+    def advance_to(self, t: float) -> None:
+        """Wait for the wall clock to reach t (the next request's arrival)."""
+        time.sleep(max(0.0, t - time.perf_counter()))
+
     @torch.inference_mode()
     def execute(self, batch: FlatBatch) -> torch.Tensor:
         """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
-        hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, paged_attention)
+        hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])

@@ -19,7 +19,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)        # finish when the text contains one; it is cut off
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False          # keep going past EOS: benchmarks use it to force output lengths
-    seed: int | None = None           # None draws a fresh seed per request
+    seed: int | None = None           # None: the engine derives one from its own seed and the request id
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> ValueError:
@@ -46,13 +46,13 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def make_generator(self, device: torch.device | str = "cpu") -> torch.Generator:
-        gen = torch.Generator(device=device)
-        if self.seed is None:
-            gen.seed()
-        else:
-            gen.manual_seed(self.seed)
-        return gen
+
+
+def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A request's own random stream: its draws depend on nothing but this seed."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
 
 
 def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:

@@ -80,6 +80,23 @@ def bard_runner():
     return ModelRunner(None, device="cpu", num_blocks=1024, block_size=16)
 
 
+def bard_llm_with(**config):
+    from minicb.engine import LLM
+
+    return LLM(None, device="cpu", max_num_seqs=64, num_blocks=2048, **config)
+
+
+@pytest.fixture(scope="session")
+def bard_llm():
+    return bard_llm_with()
+
+
+@pytest.fixture(scope="session")
+def bard_loop_llm():
+    """Bard with the per-sequence attention loop, the form lesson 03 teaches."""
+    return bard_llm_with(attn_backend="torch-loop")
+
+
 def hf_greedy(hf_model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """HF `generate`'s greedy tokens for one prompt, alone, ignoring EOS, and its logits at each step."""
     from transformers import GenerationConfig

@@ -46,3 +46,33 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
             query.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
             attn_mask=visible, scale=scale, enable_gqa=True).transpose(0, 1)
     return out
+
+
+def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                               v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """The same attention as paged_attention, in one SDPA call for the whole batch.
+
+    Every sequence's context is gathered through its block table into one padded tensor
+    (B, max_seq_len, n_kv, hd), and the queries into (B, max_seqlen_q, H, hd); a mask hides
+    the padding and the future. It computes on padding, but the CPU prefers one big call to B
+    small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
+    """
+    store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+    B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_seqlen_q
+    block_size = k_cache.shape[1]
+    blocks = meta.block_tables[:, : (S + block_size - 1) // block_size].clamp(min=0).long()  # (B, M')
+    keys = k_cache[blocks].flatten(1, 2)[:, :S]              # (B, S, n_kv, hd)
+    values = v_cache[blocks].flatten(1, 2)[:, :S]            # (B, S, n_kv, hd)
+    q_lens = (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).long()                        # (B,)
+    seq_of_row = torch.repeat_interleave(torch.arange(B, device=q.device), q_lens)          # (T,)
+    row_in_seq = torch.arange(q.shape[0], device=q.device) - meta.cu_seqlens_q[:-1].long()[seq_of_row]
+    queries = q.new_zeros(B, Q, *q.shape[1:])                 # (B, Q, H, hd)
+    queries[seq_of_row, row_in_seq] = q
+    q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=q.device)[None, :]  # (B, Q)
+    visible = torch.arange(S, device=q.device)[None, None, :] <= q_pos[:, :, None]          # (B, Q, S)
+    out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+    return out.transpose(1, 2)[seq_of_row, row_in_seq]       # (T, H, hd)
+
+
+BACKENDS = {"torch": paged_attention_vectorized, "torch-loop": paged_attention}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,8 +30,8 @@ class ModelConfig:
     qk_norm: bool               # Qwen3 RMS-normalises each head of q and k before RoPE
     rope_theta: float
     rope_scaling: dict | None   # None, or llama3's frequency-dependent scaling
-    eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
-    max_model_len: int = 0      # the longest context served; Mistral's sliding window caps it
+    eos_token_ids: tuple[int, ...]  # from generation_config.json where present, else config.json
+    max_model_len: int          # the longest context served; Mistral's sliding window caps it
 
     @property
     def kv_dim(self) -> int:

@@ -1,0 +1,49 @@
+"""EngineConfig: every knob of the engine in one place, validated, each with the reason it exists."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minicb.simulator import StepCost
+
+
+@dataclass
+class EngineConfig:
+    # What to serve.
+    model: str | None = None            # a local HF folder; None is the shipped Bard model
+    device: str = "auto"                # "cpu", "cuda", or "auto" (the GPU when torch sees one)
+    dtype: str | None = None            # None: fp32 on the CPU, bf16 (or fp16) on a GPU
+
+    # How to batch: the subject of lessons 01 and 02.
+    batching: str = "continuous"        # "static": run each batch to its end; "continuous": Orca's per-step scheduling
+    max_num_seqs: int = 32              # sequences in one step: the batch's seats
+    max_num_batched_tokens: int = 2048  # tokens in one step: caps the cost of a step full of prefills
+    max_model_len: int | None = None    # prompt + output per request; None: what the model supports
+
+    # The KV cache: lesson 04.
+    block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table entries
+    num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
+    kv_cache_memory_mb: float = 256.0   # the KV budget when num_blocks is None
+    kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before paging
+
+    simulate: bool = False              # price each step with a cost model instead of running the network
+    step_cost: StepCost | None = None   # the simulator's cost model; None: fitted defaults for Bard on a CPU
+    attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per sequence
+    seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
+
+    def __post_init__(self) -> None:
+        choices = {"batching": ("static", "continuous"), "kv_reservation": ("paged", "contiguous"),
+                   "attn_backend": ("torch", "torch-loop")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is invalid: use an integer >= 1")
+        if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
+            raise ValueError(f"EngineConfig.num_blocks={self.num_blocks!r} is invalid: use an integer >= 1 or None")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"EngineConfig.max_model_len={self.max_model_len!r} is invalid: "
+                             "use an integer >= 2 or None")
+        if self.kv_cache_memory_mb <= 0:
+            raise ValueError(f"EngineConfig.kv_cache_memory_mb={self.kv_cache_memory_mb!r} is invalid: "
+                             "use a number > 0")

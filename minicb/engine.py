@@ -1,0 +1,267 @@
+"""LLMEngine and LLM: the vLLM-shaped front of minicb.
+
+One engine step, as data:
+
+    scheduler.schedule()            -> SchedulerOutput   which requests run, how many tokens each
+    FlatBatch.from_scheduler_output -> FlatBatch         the flat tensors the model runs on
+    runner.execute + sample         -> one token per request that reached its last known token
+    scheduler.update                -> finished requests leave (continuous: at once)
+    trace.record                    -> one StepRecord
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Iterator
+
+from tqdm.auto import tqdm
+
+from minicb.batch import FlatBatch
+from minicb.block_manager import BlockManager
+from minicb.config import EngineConfig
+from minicb.detokenize import new_text
+from minicb.model.config import read_model_config
+from minicb.model.loader import resolve_model_path
+from minicb.request import Request, RequestMetrics, RequestOutput, RequestStatus
+from minicb.runner import ModelRunner, resolve_device, resolve_dtype
+from minicb.sampling import SamplingParams, find_stop, make_generator, sample
+from minicb.scheduler import SchedulerOutput
+from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.scheduler.static import StaticScheduler
+from minicb.simulator import SimulatedRunner
+from minicb.trace import DECODE, EMPTY, IDLE, PREFILL, StepRecord, Trace
+
+SCHEDULERS = {"static": StaticScheduler, "continuous": ContinuousScheduler}
+
+
+def kv_bytes_per_block(model_path, block_size: int, dtype) -> int:
+    c = read_model_config(model_path)
+    return c.num_layers * 2 * block_size * c.kv_dim * dtype.itemsize
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, **overrides):
+        self.config = c = config or EngineConfig(**overrides)
+        device = resolve_device(c.device)
+        dtype = resolve_dtype(c.dtype, device)
+        num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 //
+                                                 kv_bytes_per_block(resolve_model_path(c.model), c.block_size, dtype)))
+        if c.simulate:
+            self.runner = SimulatedRunner(c.model, c.step_cost, num_blocks, c.block_size)
+        else:
+            self.runner = ModelRunner(c.model, device=device, dtype=dtype, num_blocks=num_blocks,
+                                      block_size=c.block_size, attn_backend=c.attn_backend)
+        self.tokenizer = self.runner.tokenizer
+        # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
+        self.detokenize = self.tokenizer is not None and not c.simulate
+        model_limit = self.runner.config.max_model_len
+        if c.max_model_len is not None and c.max_model_len > model_limit:
+            raise ValueError(f"EngineConfig.max_model_len={c.max_model_len} exceeds the model's {model_limit}")
+        self.max_model_len = c.max_model_len or model_limit
+        self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len)
+        self.scheduler = SCHEDULERS[c.batching](self.block_manager, c.max_num_seqs, c.max_num_batched_tokens)
+        self.trace = Trace(num_seats=c.max_num_seqs)
+        self.requests: dict[str, Request] = {}
+        self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
+        self._next_id = 0
+        self.clock = self.runner.clock
+
+    # --- requests in -------------------------------------------------------------------------
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids for a prompt, with a clear error for anything the model cannot serve."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"{self.runner.model_path} has no tokenizer files; pass prompts as token-id lists")
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise ValueError("the prompt is empty; give at least one token "
+                             "(for Bard, a speaker line such as 'ROMEO.\\n')")
+        vocab = self.runner.config.vocab_size
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {self.max_model_len} "
+                             f"(max_model_len), prompt and output together; shorten the prompt")
+        return ids
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        ids = self.encode(prompt)
+        if request_id is None:
+            request_id, self._next_id = str(self._next_id), self._next_id + 1
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use; give a new one or None")
+        seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
+        req = Request(request_id, prompt if isinstance(prompt, str) else None, ids, params,
+                      make_generator(seed, self.runner.device),
+                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()))
+        self.requests[request_id] = req
+        reason = self._why_never_servable(req)
+        if reason:
+            req.status, req.reject_reason = RequestStatus.REJECTED, reason
+            self._pending_outputs.append(RequestOutput.of(req))
+        else:
+            self.scheduler.add(req)
+        return request_id
+
+    def _why_never_servable(self, req: Request) -> str | None:
+        bm = self.block_manager
+        needed = bm.blocks_to_reserve(req.num_tokens + 1, self.scheduler.reserve_tokens(req))
+        if needed > bm.num_blocks:
+            return (f"the request needs {needed} KV blocks to start but the whole pool has {bm.num_blocks} "
+                    f"({bm.num_blocks * bm.block_size} token slots); raise num_blocks or kv_cache_memory_mb, "
+                    "or shorten the prompt")
+        if req.num_tokens > self.config.max_num_batched_tokens:
+            return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
+                    f"{self.config.max_num_batched_tokens}; raise it")
+        return None
+
+    def abort(self, request_id: str) -> None:
+        req = self.requests.get(request_id)
+        if req is None:
+            raise KeyError(f"no request with id {request_id!r}")
+        if req.status.finished:
+            return
+        self.scheduler.abort(req)
+        req.status = RequestStatus.FINISHED_ABORTED
+        req.metrics.finished_time = self.clock()
+        self.trace.release(request_id)
+        self._pending_outputs.append(RequestOutput.of(req))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending_outputs)
+
+    # --- one step ----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending_outputs = self._pending_outputs, []
+        start = self.clock()
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return outputs
+        batch = FlatBatch.from_scheduler_output(out, self.block_manager.tables, self.config.block_size,
+                                                  self.runner.device)
+        logits = self.runner.execute(batch)
+        sampled = [c.request for c in out.chunks if c.completes_known_tokens]
+        tokens = sample(logits, [r.params for r in sampled], [r.generator for r in sampled])
+        end = self.clock()
+        for chunk in out.chunks:
+            chunk.request.num_computed_tokens += chunk.num_new_tokens
+            if chunk.request.metrics.scheduled_time is None:
+                chunk.request.metrics.scheduled_time = start
+        for req, token in zip(sampled, tokens):
+            self._append_token(req, token, end)
+        returned = self.scheduler.update(out)
+        for req in returned:
+            req.metrics.finished_time = end   # when the user gets the result, which static batching delays
+        self._record(out, start, end, returned, int(batch.attn.seq_lens.sum()))
+        if isinstance(self.scheduler, ContinuousScheduler):
+            outputs += [RequestOutput.of(r) for r in sampled]
+        else:
+            outputs += [RequestOutput.of(r) for r in returned]
+        return outputs
+
+    def _append_token(self, req: Request, token: int, t: float) -> None:
+        """Record a new token, extend the text, and decide whether the request is done."""
+        req.output_token_ids.append(token)
+        if req.metrics.first_token_time is None:
+            req.metrics.first_token_time = t
+        req.metrics.token_times.append(t)
+        p, eos = req.params, self.runner.config.eos_token_ids
+        if self.detokenize and self._extend_text_and_check_stop_strings(req):
+            req.status = RequestStatus.FINISHED_STOPPED
+            return
+        if (token in eos and not p.ignore_eos) or token in p.stop_token_ids:
+            req.status = RequestStatus.FINISHED_STOPPED
+        elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_model_len:
+            req.status = RequestStatus.FINISHED_LENGTH
+        if req.status.finished and self.detokenize:
+            # Bytes of an unfinished character were held back; the full decode shows them as U+FFFD.
+            req.text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
+
+    def _extend_text_and_check_stop_strings(self, req: Request) -> bool:
+        """Append the new text; True (with the text cut before it) when a stop string appeared."""
+        old_len = len(req.text)
+        delta, *offsets = new_text(self.tokenizer, req.output_token_ids, *req.detok_offsets)
+        req.text, req.detok_offsets = req.text + delta, tuple(offsets)
+        cut = find_stop(req.text, req.params, scan_from=old_len)
+        if cut is not None:
+            req.text = req.text[:cut]
+        return cut is not None
+
+    def _record(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
+                context_tokens: int) -> None:
+        slots: list[tuple[str | None, str]] = [(None, EMPTY)] * self.trace.num_seats
+        for req in out.preempted:
+            self.trace.release(req.request_id)
+        for chunk in out.chunks:
+            phase = DECODE if chunk.num_new_tokens == 1 and chunk.request not in out.admitted else PREFILL
+            slots[self.trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
+        for req in out.idle_slots:
+            slots[self.trace.seat_for(req.request_id)] = (req.request_id, IDLE)
+        for req in returned:
+            self.trace.release(req.request_id)
+        usage = self.block_manager.usage()
+        prefill = sum(c.num_new_tokens for c in out.chunks if c.request in out.admitted)
+        self.trace.steps.append(StepRecord(
+            step=len(self.trace.steps), start_time=start, duration=end - start, slots=slots,
+            num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
+            decode_tokens=out.num_tokens - prefill,
+            blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
+            token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
+            admitted=[r.request_id for r in out.admitted],
+            finished=[r.request_id for r in returned], preempted=[r.request_id for r in out.preempted],
+            waiting=len(self.scheduler.waiting)))
+
+
+class LLM:
+    """The offline entry point: `LLM().generate(prompts, params)`, as in vLLM."""
+
+    def __init__(self, model: str | None = None, **engine_config):
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_config))
+
+    def _submit(self, prompts: list, sampling_params) -> list[str]:
+        if isinstance(prompts, (str, tuple)) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if not prompts:
+            raise ValueError("generate() got an empty list of prompts; pass at least one")
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params or SamplingParams()] * len(prompts)
+        if len(sampling_params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} SamplingParams; "
+                             "give one, or one per prompt")
+        for prompt in prompts:  # validate every prompt before queueing any, so a bad list changes nothing
+            self.engine.encode(prompt)
+        return [self.engine.add_request(p, sp) for p, sp in zip(prompts, sampling_params)]
+
+    def generate(self, prompts: list | str, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        ids = self._submit(prompts, sampling_params)
+        results: dict[str, RequestOutput] = {}
+        with tqdm(total=len(ids), desc="generate", disable=not use_tqdm, unit="req") as bar:
+            while len(results) < len(ids):
+                for output in self.engine.step():
+                    if output.finished and output.request_id in ids and output.request_id not in results:
+                        results[output.request_id] = output
+                        bar.update()
+        return [results[i] for i in ids]
+
+    def stream(self, prompts: list | str, sampling_params=None) -> Iterator[tuple[int, str, RequestOutput]]:
+        """Yield (prompt index, new text, output) as soon as a request has new text to show."""
+        ids = self._submit(prompts, sampling_params)
+        index = {rid: i for i, rid in enumerate(ids)}
+        shown = dict.fromkeys(ids, 0)
+        pending = set(ids)
+        while pending:
+            for output in self.engine.step():
+                if output.request_id not in pending:
+                    continue
+                text = output.outputs[0].text
+                if len(text) > shown[output.request_id] or output.finished:
+                    yield index[output.request_id], text[shown[output.request_id]:], output
+                    shown[output.request_id] = len(text)
+                if output.finished:
+                    pending.discard(output.request_id)

@@ -1,0 +1,46 @@
+"""Latency and throughput from a run: per request (TTFT, TPOT, ITL, end-to-end, queue) and in aggregate."""
+from __future__ import annotations
+
+from minicb.request import RequestOutput
+from minicb.trace import Trace
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]; nan for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    k = (len(xs) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def latency_summary(values: list[float]) -> dict[str, float]:
+    return {"mean": sum(values) / len(values) if values else float("nan"),
+            "p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
+
+
+def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
+    """What a serving benchmark reports. Times are in the engine's clock (wall or simulated)."""
+    served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
+    m = [o.metrics for o in served]
+    tokens = sum(len(o.outputs[0].token_ids) for o in served)
+    start = min((x.arrival_time for x in m), default=0.0)
+    end = max((x.finished_time for x in m), default=0.0)
+    span = end - start
+    return {
+        "requests": len(outputs),
+        "served": len(served),
+        "output_tokens": tokens,
+        "duration_s": span,
+        "output_tok_per_s": tokens / span if span > 0 else float("nan"),
+        "requests_per_s": len(served) / span if span > 0 else float("nan"),
+        "steps": len(trace.steps),
+        "slot_utilization": trace.slot_utilization,
+        "ttft": latency_summary([x.ttft for x in m]),
+        "tpot": latency_summary([x.tpot for x in m if x.tpot is not None]),
+        "itl": latency_summary([gap for x in m for gap in x.itl]),
+        "e2e": latency_summary([x.e2e_latency for x in m]),
+        "queue": latency_summary([x.queue_time for x in m]),
+    }

@@ -1,0 +1,117 @@
+"""Requests: what a user asked for, where it is in its life, and what it got back.
+
+A request's life: WAITING (queued, nothing computed) -> RUNNING (has KV blocks, is prefilled or
+decoding) -> one of the finished states. REJECTED requests never ran: the engine could not serve
+them and says why. (Preemption adds PREEMPTED and SWAPPED between RUNNING and RUNNING.)
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from minicb.sampling import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED_STOPPED = "finished_stopped"   # EOS, a stop token or a stop string
+    FINISHED_LENGTH = "finished_length"     # max_tokens or max_model_len reached
+    FINISHED_ABORTED = "finished_aborted"
+    REJECTED = "rejected"                   # never ran; finish_reason says why
+
+    @property
+    def finished(self) -> bool:
+        return self not in (RequestStatus.WAITING, RequestStatus.RUNNING)
+
+
+FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED_LENGTH: "length",
+                  RequestStatus.FINISHED_ABORTED: "abort", RequestStatus.REJECTED: "rejected"}
+
+
+@dataclass
+class RequestMetrics:
+    """Timestamps on the engine's clock (wall seconds, or simulated seconds in the simulator)."""
+    arrival_time: float
+    scheduled_time: float | None = None      # first step it ran in
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_time: float | None = None       # when the result went back to the user
+
+    @property
+    def queue_time(self) -> float | None:
+        return None if self.scheduled_time is None else self.scheduled_time - self.arrival_time
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive output tokens."""
+        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first."""
+        gaps = self.itl
+        return sum(gaps) / len(gaps) if gaps else None
+
+    @property
+    def e2e_latency(self) -> float | None:
+        return None if self.finished_time is None else self.finished_time - self.arrival_time
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    generator: torch.Generator
+    metrics: RequestMetrics
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    reject_reason: str | None = None
+    num_computed_tokens: int = 0   # tokens whose K/V are in the cache
+    detok_offsets: tuple[int, int] = (0, 0)   # (prefix, read) offsets of incremental detokenisation
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.status)
+
+
+@dataclass
+class CompletionOutput:
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None   # "stop", "length", "abort", "rejected", or None while running
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics
+    reject_reason: str | None = None
+
+    @classmethod
+    def of(cls, req: Request) -> "RequestOutput":
+        return cls(req.request_id, req.prompt, req.prompt_token_ids,
+                   [CompletionOutput(req.text, list(req.output_token_ids), req.finish_reason)],
+                   req.status.finished, req.metrics, req.reject_reason)
+

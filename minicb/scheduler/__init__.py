@@ -1,0 +1,42 @@
+"""Schedulers decide, before every forward step, which sequences run and how many tokens each.
+
+Both schedulers speak the same interface, so the engine, the batch builder, the runner and the
+simulator never know which one is deciding:
+
+    add(request)                      queue a new request
+    schedule() -> SchedulerOutput     this step's decision (also allocates KV slots for it)
+    update(output) -> [Request]       after the step: the requests whose results go back now
+    has_unfinished() -> bool
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minicb.request import Request
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    num_new_tokens: int    # a whole prompt (prefill), or 1 (decode)
+
+    @property
+    def completes_known_tokens(self) -> bool:
+        """True when the chunk reaches the last known token, so the step samples a next one."""
+        return self.request.num_computed_tokens + self.num_new_tokens == self.request.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    idle_slots: list[Request] = field(default_factory=list)   # static batching: done, still holding a slot
+    admitted: list[Request] = field(default_factory=list)     # started running this step
+    preempted: list[Request] = field(default_factory=list)    # lost their KV blocks this step
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks

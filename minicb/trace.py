@@ -1,0 +1,65 @@
+"""The trace: one StepRecord per forward step, what the widgets animate and the metrics count.
+
+Plain data only (ints, floats, strings, lists), so a trace exports to a list of dicts or JSON
+and means the same whether the step ran on Bard or in the simulator.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+PREFILL, DECODE, IDLE, EMPTY = "prefill", "decode", "idle", "empty"
+
+
+@dataclass
+class StepRecord:
+    step: int
+    start_time: float
+    duration: float
+    slots: list[tuple[str | None, str]]   # per seat: (request id or None, prefill|decode|idle|empty)
+    num_tokens: int                       # tokens computed this step (prefill + decode)
+    context_tokens: int                   # KV entries attention read this step, summed over sequences
+    prefill_tokens: int
+    decode_tokens: int
+    blocks_used: int
+    blocks_free: int
+    reserved_slots: int                   # KV slots in owned blocks
+    token_slots: int                      # KV slots holding real tokens
+    tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens it computed this step
+    admitted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)   # results returned to users this step
+    preempted: list[str] = field(default_factory=list)
+    waiting: int = 0
+
+    @property
+    def useful_slots(self) -> int:
+        return sum(phase in (PREFILL, DECODE) for _, phase in self.slots)
+
+
+@dataclass
+class Trace:
+    num_seats: int
+    steps: list[StepRecord] = field(default_factory=list)
+    _seat_of: dict[str, int] = field(default_factory=dict)
+
+    def seat_for(self, request_id: str) -> int:
+        """A request keeps one seat from admission until it leaves, so a row in the widget is a seat."""
+        if request_id not in self._seat_of:
+            taken = set(self._seat_of.values())
+            self._seat_of[request_id] = min(s for s in range(self.num_seats + len(taken) + 1) if s not in taken)
+        return self._seat_of[request_id]
+
+    def release(self, request_id: str) -> None:
+        self._seat_of.pop(request_id, None)
+
+    @property
+    def slot_utilization(self) -> float:
+        """Useful slot-steps / all slot-steps: how much of the batch's capacity did real work."""
+        total = sum(len(s.slots) for s in self.steps)
+        return sum(s.useful_slots for s in self.steps) / total if total else 0.0
+
+    def to_rows(self) -> list[dict]:
+        return [asdict(s) for s in self.steps]
+
+    def to_json(self) -> str:
+        return json.dumps({"num_seats": self.num_seats, "steps": self.to_rows()})

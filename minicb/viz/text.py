@@ -1,0 +1,35 @@
+"""Slot occupancy as text, for terminals (`make demo`) and plain logs.
+
+One row per seat, one column per step (or per group of steps when the run is long). A request is
+drawn with a letter of its own (capital while prefilling), an idle-but-held slot as '.', and an
+empty seat as ' '.
+"""
+from __future__ import annotations
+
+import string
+
+from minicb.trace import DECODE, IDLE, PREFILL, Trace
+
+LETTERS = string.ascii_lowercase
+
+
+def occupancy_chart(trace: Trace, width: int = 96) -> str:
+    steps = trace.steps
+    if not steps:
+        return "(no steps)"
+    group = max(1, -(-len(steps) // width))
+    letter: dict[str, str] = {}
+    rows = []
+    for seat in range(trace.num_seats):
+        cells = []
+        for start in range(0, len(steps), group):
+            rid, phase = steps[start].slots[seat]
+            if phase in (PREFILL, DECODE):
+                ch = letter.setdefault(rid, LETTERS[len(letter) % len(LETTERS)])
+                cells.append(ch.upper() if phase == PREFILL else ch)
+            else:
+                cells.append("." if phase == IDLE else " ")
+        rows.append(f"{seat:3d} |{''.join(cells)}|")
+    scale = f"one column = {group} step{'s' if group > 1 else ''}; " if group > 1 else ""
+    footer = f"     {scale}{len(steps)} steps, slot utilization {100 * trace.slot_utilization:.0f}%"
+    return "\n".join(rows + [footer])

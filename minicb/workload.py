@@ -1,0 +1,94 @@
+"""Workloads: Bard speaker prompts, arrival processes and output-length distributions.
+
+Natural lengths come from the model's own EOS. For controlled sweeps, lengths are drawn from a
+distribution and forced with ignore_eos: fixed (every request the same, like classification),
+uniform, or heavy-tailed (lognormal with the corpus's median 23 and p90 109 tokens).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm
+
+from minicb.model.loader import BARD_PATH
+from minicb.request import RequestOutput
+from minicb.sampling import SamplingParams
+
+CORPUS_MEDIAN, CORPUS_P90 = 23, 109
+
+
+@dataclass
+class WorkloadRequest:
+    prompt: str | list[int]
+    params: SamplingParams
+    arrival_time: float = 0.0
+
+
+def bard_prompts(n: int, seed: int = 0) -> list[str]:
+    """Speaker lines drawn as often as the speakers speak in the plays."""
+    speakers = json.loads((BARD_PATH / "speakers.json").read_text())
+    rng = random.Random(seed)
+    return [name + "\n" for name in rng.choices(list(speakers), weights=list(speakers.values()), k=n)]
+
+
+def arrival_times(n: int, rate: float | None = None, seed: int = 0) -> list[float]:
+    """All at time 0 (rate None), or a Poisson process of `rate` requests per second."""
+    if rate is None:
+        return [0.0] * n
+    rng, t, times = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        times.append(t)
+    return times
+
+
+def output_lengths(n: int, kind: str, seed: int = 0, fixed: int = 32, low: int = 1, high: int = 256,
+                   max_len: int = 512) -> list[int]:
+    rng = random.Random(seed)
+    if kind == "fixed":
+        return [fixed] * n
+    if kind == "uniform":
+        return [rng.randint(low, high) for _ in range(n)]
+    if kind == "heavy":
+        sigma = math.log(CORPUS_P90 / CORPUS_MEDIAN) / 1.2816   # 1.2816: the standard normal's p90
+        return [min(max_len, max(1, round(rng.lognormvariate(math.log(CORPUS_MEDIAN), sigma)))) for _ in range(n)]
+    raise ValueError(f"length kind {kind!r} is unknown; use 'natural', 'fixed', 'uniform' or 'heavy'")
+
+
+def make_workload(n: int, lengths: str = "natural", rate: float | None = None, seed: int = 0,
+                  temperature: float = 0.0, max_tokens: int = 512, **length_args) -> list[WorkloadRequest]:
+    prompts = bard_prompts(n, seed)
+    times = arrival_times(n, rate, seed)
+    if lengths == "natural":
+        params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed + i) for i in range(n)]
+    else:
+        params = [SamplingParams(temperature=temperature, max_tokens=k, ignore_eos=True, seed=seed + i)
+                  for i, k in enumerate(output_lengths(n, lengths, seed, max_len=max_tokens, **length_args))]
+    return [WorkloadRequest(p, sp, t) for p, sp, t in zip(prompts, params, times)]
+
+
+def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True) -> list[RequestOutput]:
+    """Feed requests to the engine at their arrival times (engine clock) and step until all are done.
+    Returns the final RequestOutput of every request, in workload order."""
+    t0 = engine.clock()
+    pending = deque(sorted(range(len(workload)), key=lambda i: workload[i].arrival_time))
+    ids: dict[str, int] = {}
+    results: dict[int, RequestOutput] = {}
+    with tqdm(total=len(workload), desc="requests", disable=not progress, unit="req") as bar:
+        while len(results) < len(workload):
+            while pending and workload[pending[0]].arrival_time + t0 <= engine.clock():
+                i = pending.popleft()
+                w = workload[i]
+                ids[engine.add_request(w.prompt, w.params, arrival_time=t0 + w.arrival_time)] = i
+            if not engine.has_unfinished_requests() and pending:
+                engine.runner.advance_to(t0 + workload[pending[0]].arrival_time)
+                continue
+            for out in engine.step():
+                if out.finished and out.request_id in ids:
+                    results[ids[out.request_id]] = out
+                    bar.update()
+    return [results[i] for i in range(len(workload))]

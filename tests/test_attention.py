@@ -1,0 +1,68 @@
+"""The torch paged-attention backend against dense causal attention written out by hand."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minicb.attention.metadata import AttentionMetadata
+from minicb.attention.torch_backend import BACKENDS, paged_attention
+
+
+def dense_causal_attention(q, k, v, scale):
+    """q (S_new, H, hd) are the last S_new positions of a context with keys k, v (S, n_kv, hd)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("thd,shd->hts", q, k) * scale                    # (H, S_new, S)
+    first = k.shape[0] - q.shape[0]
+    causal = torch.arange(k.shape[0])[None, :] > (first + torch.arange(q.shape[0]))[:, None]
+    probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
+    return torch.einsum("hts,shd->thd", probs, v)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (8, 1)])
+def test_paged_attention_matches_dense(backend, block_size, heads, kv_heads):
+    g = torch.Generator().manual_seed(block_size * 10 + heads + kv_heads)
+    hd, num_blocks = 8, 64
+    # (cached prefix, new tokens): a prefill, a chunked-prefill continuation, decodes, block edges
+    shapes = [(0, 9), (5, 3), (16, 1), (block_size - 1, 1), (0, 1), (2 * block_size, block_size)]
+    k_cache = torch.zeros(num_blocks, block_size, kv_heads, hd)
+    v_cache = torch.zeros_like(k_cache)
+    free = torch.randperm(num_blocks, generator=g).tolist()  # shuffled, non-contiguous blocks
+    tables, full_k, full_v, qs, ks, vs = [], [], [], [], [], []
+    for cached, new in shapes:
+        total = cached + new
+        table = [free.pop() for _ in range(math.ceil(total / block_size))]
+        tables.append(table)
+        k_all = torch.randn(total, kv_heads, hd, generator=g)
+        v_all = torch.randn(total, kv_heads, hd, generator=g)
+        for pos in range(cached):  # the prefix is already in the cache from earlier steps
+            k_cache[table[pos // block_size], pos % block_size] = k_all[pos]
+            v_cache[table[pos // block_size], pos % block_size] = v_all[pos]
+        full_k.append(k_all)
+        full_v.append(v_all)
+        qs.append(torch.randn(new, heads, hd, generator=g))
+        ks.append(k_all[cached:])
+        vs.append(v_all[cached:])
+    meta = AttentionMetadata.build([n for _, n in shapes], [c + n for c, n in shapes], tables, block_size)
+    out = BACKENDS[backend](torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta, scale=hd ** -0.5)
+    want = torch.cat([dense_causal_attention(q, k, v, hd ** -0.5) for q, k, v in zip(qs, full_k, full_v)])
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+def test_metadata_rejects_a_block_table_too_short():
+    with pytest.raises(ValueError, match="cannot hold"):
+        AttentionMetadata.build([3], [20], [[0]], block_size=16)
+
+
+def test_slot_minus_one_is_not_written():
+    k_cache = torch.zeros(2, 2, 1, 4)
+    v_cache = torch.zeros_like(k_cache)
+    meta = AttentionMetadata.build([2], [2], [[1]], block_size=2)
+    meta.slot_mapping[0] = -1  # a padding token
+    k = torch.ones(2, 1, 4)
+    paged_attention(torch.ones(2, 1, 4), k, k, k_cache, v_cache, meta, scale=0.5)
+    assert k_cache[1, 0].abs().sum() == 0 and k_cache[1, 1].abs().sum() == 4 and k_cache[0].abs().sum() == 0

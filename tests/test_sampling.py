@@ -1,0 +1,116 @@
+"""SamplingParams validation, the sampler's filters, stop conditions, and batch-independence of sampling."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minicb.sampling import SamplingParams, find_stop, sample_row
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1), ("temperature", float("nan")), ("temperature", float("inf")),
+    ("top_k", 0), ("top_k", -2), ("top_k", 2.5),
+    ("top_p", 0.0), ("top_p", 1.5),
+    ("max_tokens", 0), ("max_tokens", -3),
+    ("stop", [""]), ("stop_token_ids", [-1]), ("seed", "abc"),
+])
+def test_bad_sampling_values_name_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"SamplingParams\.{field}=.*invalid: use"):
+        SamplingParams(**{field: value})
+
+
+def test_a_single_stop_string_is_accepted():
+    assert SamplingParams(stop="\n\n").stop == ["\n\n"]
+
+
+def draw(logits, params, n=4000):
+    g = torch.Generator().manual_seed(0)
+    return torch.tensor([sample_row(logits, params, g) for _ in range(n)])
+
+
+def test_sampling_follows_the_softmax_distribution():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    counts = torch.bincount(draw(logits, SamplingParams(temperature=1.0)), minlength=4) / 4000
+    torch.testing.assert_close(counts, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.03, rtol=0)
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert set(draw(logits, SamplingParams(top_k=2)).tolist()) == {0, 1}
+    # top_p=0.6: token 0 alone has 0.5 < 0.6, so token 1 is needed too; token 2 is not.
+    assert set(draw(logits, SamplingParams(top_p=0.6)).tolist()) == {0, 1}
+    assert set(draw(logits, SamplingParams(top_p=0.01)).tolist()) == {0}
+
+
+def test_low_temperature_approaches_greedy_and_nan_is_reported():
+    logits = torch.tensor([1.0, 3.0, 2.0])
+    assert set(draw(logits, SamplingParams(temperature=1e-3), n=200).tolist()) == {1}
+    with pytest.raises(FloatingPointError, match="NaN"):
+        sample_row(torch.tensor([float("nan"), 1.0]), SamplingParams(), torch.Generator())
+
+
+def test_find_stop_finds_the_earliest_string_and_scans_only_new_text():
+    p = SamplingParams(stop=["lord", "!"])
+    assert find_stop("my good lord! yes", p) == 8
+    assert find_stop("my good lord", p, scan_from=10) == 8   # "lord" straddles the old/new boundary
+    assert find_stop("ab", p) is None
+
+
+# --- on the Bard model -------------------------------------------------------------------------
+
+SPEAKERS = ["ROMEO.\n", "JULIET.\n", "MERCUTIO.\n", "NURSE.\n", "HAMLET.\n", "IAGO.\n"]
+
+
+def one(llm, prompt, **params):
+    return llm.generate([prompt], SamplingParams(**params), use_tqdm=False)[0].outputs[0]
+
+
+def test_sampled_tokens_do_not_depend_on_the_batch(bard_llm):
+    """Same seed, alone or among five others: the same tokens, because each request has its own
+    generator. (A flip would need a uniform draw within ~1e-7 of a CDF boundary, p ~ 1e-5 per run.)"""
+    params = [SamplingParams(temperature=0.8, top_k=50, top_p=0.95, max_tokens=48, seed=100 + i)
+              for i in range(len(SPEAKERS))]
+    together = bard_llm.generate(SPEAKERS, params, use_tqdm=False)
+    for prompt, p, out in zip(SPEAKERS, params, together):
+        alone = bard_llm.generate([prompt], p, use_tqdm=False)[0]
+        assert alone.outputs[0].token_ids == out.outputs[0].token_ids
+
+
+def test_seeds_make_sampling_repeatable(bard_llm):
+    run = lambda seed: one(bard_llm, "ROMEO.\n", temperature=1.0, max_tokens=32, seed=seed,  # noqa: E731
+                           ignore_eos=True).token_ids
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_stop_conditions(bard_llm):
+    eos = bard_llm.engine.runner.config.eos_token_ids[0]
+    full = one(bard_llm, "HAMLET.\n", temperature=0, max_tokens=200, ignore_eos=True)
+    assert full.finish_reason == "length" and len(full.token_ids) == 200
+
+    natural = one(bard_llm, "HAMLET.\n", temperature=0, max_tokens=200)
+    assert natural.finish_reason == "stop" and natural.token_ids[-1] == eos
+    assert eos not in natural.token_ids[:-1]
+
+    word = full.text.split()[3]
+    cut = one(bard_llm, "HAMLET.\n", temperature=0, max_tokens=200, stop=[word])
+    assert cut.finish_reason == "stop" and cut.text == full.text[:full.text.index(word)]
+
+    stop_id = full.token_ids[5]
+    by_id = one(bard_llm, "HAMLET.\n", temperature=0, max_tokens=200, stop_token_ids=[stop_id], ignore_eos=True)
+    first = full.token_ids.index(stop_id)
+    assert by_id.token_ids == full.token_ids[:first + 1] and by_id.finish_reason == "stop"
+
+
+def test_incremental_text_equals_a_full_decode(bard_llm):
+    """Text grows token by token through incremental detokenisation; it must end equal to
+    decoding the whole output at once, also for hot (odd-byte) samples."""
+    tok = bard_llm.engine.tokenizer
+    params = [SamplingParams(temperature=t, max_tokens=80, seed=s, ignore_eos=True) for t in (0.8, 1.5, 3.0)
+              for s in range(3)]
+    streamed = {i: "" for i in range(len(params))}
+    for index, new, output in bard_llm.stream(["KING.\n"] * len(params), params):
+        streamed[index] += new
+        if output.finished:
+            assert output.outputs[0].text == tok.decode(output.outputs[0].token_ids, skip_special_tokens=True)
+            assert streamed[index] == output.outputs[0].text

@@ -1,0 +1,92 @@
+"""Where a decode step's time goes: the forward pass vs everything around it.
+
+    .venv/bin/python bench/overhead.py [--steps 30]
+
+For 8, 32 and 64 running sequences (mixed context lengths), it times whole engine steps and the
+forward pass inside them; the rest is scheduling, batch building, sampling and bookkeeping. It
+also times a bare HF decode step (uniform batch of 64, DynamicCache, no scheduling) in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from minicb import BARD_PATH, LLMEngine, SamplingParams
+from minicb.workload import bard_prompts
+
+
+def engine_decode_times(num_seqs: int, steps: int) -> tuple[float, float]:
+    """Mean seconds per decode step: the whole step, and the forward pass inside it."""
+    engine = LLMEngine(device="cpu", max_num_seqs=num_seqs, num_blocks=4096, max_num_batched_tokens=8192)
+    g = torch.Generator().manual_seed(num_seqs)
+    for prompt in bard_prompts(num_seqs, seed=num_seqs):
+        filler = torch.randint(10, 2000, (int(torch.randint(16, 200, (1,), generator=g)),), generator=g).tolist()
+        engine.add_request(engine.encode(prompt) + filler, SamplingParams(temperature=0, max_tokens=steps + 10,
+                                                                          ignore_eos=True))
+    engine.step()   # all prefills
+    forward = 0.0
+    execute = engine.runner.execute
+
+    def timed_execute(batch):
+        nonlocal forward
+        t = time.perf_counter()
+        logits = execute(batch)
+        forward += time.perf_counter() - t
+        return logits
+
+    engine.runner.execute = timed_execute
+    engine.step()   # warm-up decode
+    forward = 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    return (time.perf_counter() - start) / steps, forward / steps
+
+
+def hf_bare_decode(num_seqs: int, context: int, steps: int) -> float:
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(str(BARD_PATH), dtype=torch.float32,
+                                                     attn_implementation="sdpa").eval()
+    ids = torch.randint(10, 2000, (num_seqs, context))
+    with torch.no_grad():
+        cache = DynamicCache()
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        model(input_ids=token, past_key_values=cache, use_cache=True)   # warm-up
+        start = time.perf_counter()
+        for _ in range(steps):
+            token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
+        return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/overhead.json"))
+    args = ap.parse_args()
+    rows = {}
+    for n in (8, 32, 64):
+        step, forward = engine_decode_times(n, args.steps)
+        rows[n] = {"step_ms": round(step * 1e3, 2), "forward_ms": round(forward * 1e3, 2),
+                   "overhead_share": round(1 - forward / step, 3)}
+        print(f"{n:3d} seqs: step {step * 1e3:7.2f} ms, forward {forward * 1e3:7.2f} ms, "
+              f"outside the forward {100 * (1 - forward / step):5.1f}%")
+    bare = hf_bare_decode(64, context=110, steps=args.steps)
+    relative = bare / (rows[64]["step_ms"] / 1e3)
+    print(f"bare HF decode step, uniform batch of 64: {bare * 1e3:.2f} ms; "
+          f"minicb's full step reaches {100 * relative:.0f}% of its speed")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"engine": rows, "hf_bare_decode_ms": round(bare * 1e3, 2),
+                                    "minicb_speed_vs_hf_bare": round(relative, 3)}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""minicb's continuous batching against Hugging Face transformers, one workload, one run, one machine.
+
+    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16]
+
+Every engine serves the same prompts with the same per-request output lengths (forced, greedy),
+so the useful tokens are identical and only the serving differs:
+- minicb continuous batching, max_num_seqs = seats;
+- HF `generate`, left-padded static batches of `seats`, each run to its longest member;
+- HF's own continuous batching manager (transformers >= 5), an explicit small config.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from minicb import BARD_PATH, LLM
+from minicb.workload import make_workload
+
+
+def hf_model():
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(str(BARD_PATH), dtype=torch.float32,
+                                                    attn_implementation="sdpa").eval()
+
+
+def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int) -> float:
+    from minicb import SamplingParams
+
+    llm = LLM(None, device="cpu", max_num_seqs=seats, num_blocks=4096, max_num_batched_tokens=4096)
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    assert [len(o.outputs[0].token_ids) for o in outs] == lengths
+    return wall
+
+
+def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int) -> float:
+    from transformers import GenerationConfig
+
+    model = hf_model()
+    start = time.perf_counter()
+    for i in range(0, len(prompts), seats):
+        batch, want = prompts[i:i + seats], lengths[i:i + seats]
+        width = max(map(len, batch))
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        config = GenerationConfig(max_new_tokens=max(want), min_new_tokens=max(want), do_sample=False,
+                                  eos_token_id=-1, pad_token_id=pad_id)
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    return time.perf_counter() - start
+
+
+def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int) -> float:
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    model = hf_model()
+    cb = ContinuousBatchingConfig(page_size=16, num_blocks=4096, max_batch_tokens=512,
+                                  max_requests_per_batch=seats, auto_switch_to_flash=False)
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, max_new_tokens=max(lengths))
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
+    manager.start()
+    try:
+        start = time.perf_counter()
+        for i, (p, n) in enumerate(zip(prompts, lengths)):
+            manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
+        got = {}
+        while len(got) < len(prompts):
+            result = manager.get_result(timeout=60)
+            if result is not None:
+                got[result.request_id] = len(result.generated_tokens)
+        wall = time.perf_counter() - start
+    finally:
+        manager.stop(block=True)
+    assert [got[f"r{i}"] for i in range(len(prompts))] == lengths
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--seats", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/vs_hf.json"))
+    args = ap.parse_args()
+
+    work = make_workload(args.requests, lengths="heavy", seed=0, max_tokens=256)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(BARD_PATH))
+    prompts = [tok(w.prompt)["input_ids"] for w in work]
+    lengths = [w.params.max_tokens for w in work]
+    useful = sum(lengths)
+    walls = {"minicb continuous": run_minicb(prompts, lengths, args.seats),
+             "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id),
+             "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats)}
+    rows = {name: {"wall_s": round(w, 2), "useful_tok_per_s": round(useful / w, 1)} for name, w in walls.items()}
+    base = rows["minicb continuous"]["useful_tok_per_s"]
+    print(f"{args.requests} requests, {useful} useful tokens, seats={args.seats}, "
+          f"torch threads={torch.get_num_threads()}")
+    print(f"{'engine':32s} {'wall s':>8s} {'tok/s':>9s} {'minicb / this':>14s}")
+    for name, r in rows.items():
+        print(f"{name:32s} {r['wall_s']:8.2f} {r['useful_tok_per_s']:9.1f} {base / r['useful_tok_per_s']:14.2f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"requests": args.requests, "seats": args.seats, "useful_tokens": useful,
+                                    "lengths": lengths, "engines": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -33,10 +33,11 @@ def stream_one(llm: LLM, prompt: str, params: SamplingParams, out=sys.stdout) ->
 def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 6) -> None:
     """The same small workload under static and continuous batching: a table and both charts."""
     work = make_workload(requests, lengths="natural", temperature=0.8, max_tokens=120, seed=args.seed)
-    print(f"\n{requests} requests, natural lengths (EOS), {seats} seats, Bard on {args.device}\n")
     rows = []
     for batching in ("static", "continuous"):
         llm = LLM(args.model, device=args.device, dtype=args.dtype, batching=batching, max_num_seqs=seats)
+        if not rows:
+            print(f"\n{requests} requests, natural lengths (EOS), {seats} seats, on {llm.engine.runner.device}\n")
         stats = summarize(run_workload(llm.engine, work, progress=False), llm.engine.trace)
         rows.append((batching, stats))
         print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its slot)")

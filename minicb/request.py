@@ -64,7 +64,7 @@ class RequestMetrics:
         return None if self.finished_time is None else self.finished_time - self.arrival_time
 
 
-@dataclass
+@dataclass(eq=False)   # a request is itself, not its field values: `req in queue` compares identity
 class Request:
     request_id: str
     prompt: str | None

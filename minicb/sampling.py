@@ -55,31 +55,50 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return gen
 
 
-def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    """One request's next token from its logits (vocab,), fp32."""
-    if params.greedy:
-        return int(logits.argmax())
-    logits = logits / params.temperature
-    if params.top_k != -1 and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1:
-        sorted_logits, order = logits.sort(descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        # Drop a token once the tokens before it already reach top_p; the top token always stays.
-        drop = (cumulative - sorted_logits.softmax(-1)) >= params.top_p
-        logits = logits.scatter(0, order, sorted_logits.masked_fill(drop, float("-inf")))
-    probs = logits.softmax(-1)
-    if not torch.isfinite(probs).all():
-        raise FloatingPointError("logits contain NaN or inf; this request cannot be sampled")
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int]:
-    """Next tokens for B requests from logits (B, vocab), each with its own parameters and generator."""
+    """Next tokens for B requests from fp32 logits (B, vocab), each with its own parameters and generator.
+
+    Sampling is inverse-CDF: one uniform draw from the request's own generator picks a token from
+    the cumulative distribution of its row. Every step is row-wise, and how a row is handled depends
+    on its own parameters only, so a request's token never depends on who shares its batch.
+    """
+    tokens = logits.argmax(-1)
     if all(p.greedy for p in params):
-        return logits.argmax(-1).tolist()
-    return [sample_row(row, p, g) for row, p, g in zip(logits, params, generators)]
+        return tokens.tolist()
+    device = logits.device
+    u = torch.stack([torch.rand((), generator=g, device=device) for g in generators])   # (B,)
+    plain = [i for i, p in enumerate(params) if not p.greedy and p.top_k == -1 and p.top_p == 1]
+    filtered = [i for i, p in enumerate(params) if not p.greedy and (p.top_k != -1 or p.top_p < 1)]
+    for rows, use_filters in ((plain, False), (filtered, True)):
+        if rows:
+            index = torch.tensor(rows, device=device)
+            tokens[index] = _inverse_cdf(logits[index], [params[i] for i in rows], u[index], use_filters)
+    return tokens.tolist()
+
+
+def _inverse_cdf(logits: torch.Tensor, params: list[SamplingParams], u: torch.Tensor,
+                 use_filters: bool) -> torch.Tensor:
+    """(R, V) logits -> (R,) tokens. With filters, the vocabulary is first sorted by logit so that
+    top-k and top-p become masks over ranks; without, sorting (the costly part) is skipped."""
+    R, V = logits.shape
+    device = logits.device
+    scaled = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    order = None
+    if use_filters:
+        scaled, order = scaled.sort(dim=-1, descending=True)                                 # (R, V)
+        top_k = torch.tensor([V if p.top_k == -1 else min(p.top_k, V) for p in params], device=device)
+        scaled = scaled.masked_fill(torch.arange(V, device=device)[None, :] >= top_k[:, None], float("-inf"))
+    probs = scaled.softmax(-1)
+    if use_filters:
+        # top-p: drop a token once the tokens before it already reach top_p; the top token always stays.
+        top_p = torch.tensor([p.top_p for p in params], device=device)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
+    cdf = probs.cumsum(-1)                                                                   # (R, V)
+    total = cdf[:, -1]
+    if not torch.isfinite(total).all():
+        raise FloatingPointError("logits contain NaN or inf; those requests cannot be sampled")
+    pick = torch.searchsorted(cdf, (u * total)[:, None]).clamp(max=V - 1)                   # (R, 1)
+    return (pick if order is None else order.gather(1, pick))[:, 0]
 
 
 def find_stop(text: str, params: SamplingParams, scan_from: int = 0) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.sampling import SamplingParams, find_stop, sample_row
+from minicb.sampling import SamplingParams, find_stop, sample
 
 
 @pytest.mark.parametrize("field,value", [
@@ -24,8 +24,9 @@ def test_a_single_stop_string_is_accepted():
 
 
 def draw(logits, params, n=4000):
-    g = torch.Generator().manual_seed(0)
-    return torch.tensor([sample_row(logits, params, g) for _ in range(n)])
+    """n draws for one row, made as one batch of n rows with n independent generators."""
+    gens = [torch.Generator().manual_seed(i) for i in range(n)]
+    return torch.tensor(sample(logits.expand(n, -1).contiguous(), [params] * n, gens))
 
 
 def test_sampling_follows_the_softmax_distribution():
@@ -45,8 +46,14 @@ def test_top_k_and_top_p_restrict_the_support():
 def test_low_temperature_approaches_greedy_and_nan_is_reported():
     logits = torch.tensor([1.0, 3.0, 2.0])
     assert set(draw(logits, SamplingParams(temperature=1e-3), n=200).tolist()) == {1}
-    with pytest.raises(FloatingPointError, match="NaN"):
-        sample_row(torch.tensor([float("nan"), 1.0]), SamplingParams(), torch.Generator())
+    with pytest.raises(FloatingPointError, match="contain NaN"):
+        sample(torch.tensor([[0.0, 1.0], [float("nan"), 1.0]]), [SamplingParams()] * 2, [torch.Generator()] * 2)
+
+
+def test_greedy_and_sampled_rows_mix_in_one_batch():
+    logits = torch.tensor([[0.0, 5.0, 1.0]] * 3)
+    params = [SamplingParams(temperature=0), SamplingParams(top_k=1), SamplingParams(temperature=0.5, top_p=0.01)]
+    assert sample(logits, params, [torch.Generator().manual_seed(i) for i in range(3)]) == [1, 1, 1]
 
 
 def test_find_stop_finds_the_earliest_string_and_scans_only_new_text():

@@ -2,7 +2,7 @@
 
 Every sequence contributes a chunk of new tokens: a whole prompt (prefill), part of one (chunked
 prefill), or one token (decode). The chunks are concatenated into one flat batch of T tokens;
-nothing is padded.
+nothing is padded, except by the dense baseline, whose padding rows are computed on purpose.
 """
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from minicb.attention.metadata import AttentionMetadata
 from minicb.scheduler import SchedulerOutput
 
 
+PAD_TOKEN = 0   # any id will do: padding rows are computed and thrown away
+
+
 @dataclass
 class SequenceChunk:
     token_ids: list[int]     # the new tokens this step
     num_cached: int          # tokens already in the KV cache before them (their first position)
     block_table: list[int]   # the sequence's blocks; must cover num_cached + len(token_ids)
     needs_logits: bool = True  # False for a prefill chunk that is not the prompt's last
+    write_kv: bool = True      # False for padding: computed, never stored
 
 
 @dataclass
@@ -49,7 +53,8 @@ class FlatBatch:
         attn = AttentionMetadata.build(
             query_lens=[len(c.token_ids) for c in chunks],
             seq_lens=[c.num_cached + len(c.token_ids) for c in chunks],
-            block_tables=[c.block_table for c in chunks], block_size=block_size, device=device)
+            block_tables=[c.block_table for c in chunks], block_size=block_size, device=device,
+            write_kv=[c.write_kv for c in chunks])
         as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
         return cls(as_long(input_ids), as_long(positions), attn, as_long(logits_indices))
 
@@ -63,4 +68,8 @@ class FlatBatch:
             start = req.num_computed_tokens
             chunks.append(SequenceChunk(req.all_token_ids[start:start + c.num_new_tokens], start,
                                         block_tables[req.request_id], c.completes_known_tokens))
+        for pad in out.padding:
+            table = block_tables[pad.request.request_id]
+            chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, table,
+                                        needs_logits=False, write_kv=False))
         return cls.build(chunks, block_size, device)

@@ -14,7 +14,8 @@ class EngineConfig:
     dtype: str | None = None            # None: fp32 on the CPU, bf16 (or fp16) on a GPU
 
     # How to batch: the subject of lessons 01 and 02.
-    batching: str = "continuous"        # "static": run each batch to its end; "continuous": Orca's per-step scheduling
+    batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs to its
+    #                                     end; "padded": static on a dense padded batch, computing the pads
     max_num_seqs: int = 32              # sequences in one step: the batch's seats
     max_num_batched_tokens: int = 2048  # tokens in one step: caps the cost of a step full of prefills
     max_model_len: int | None = None    # prompt + output per request; None: what the model supports
@@ -31,7 +32,7 @@ class EngineConfig:
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
-        choices = {"batching": ("static", "continuous"), "kv_reservation": ("paged", "contiguous"),
+        choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
                    "attn_backend": ("torch", "torch-loop")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -28,9 +28,8 @@ from minicb.scheduler import SchedulerOutput
 from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.static import StaticScheduler
 from minicb.simulator import SimulatedRunner
-from minicb.trace import DECODE, EMPTY, IDLE, PREFILL, StepRecord, Trace
+from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
 
-SCHEDULERS = {"static": StaticScheduler, "continuous": ContinuousScheduler}
 
 
 def kv_bytes_per_block(model_path, block_size: int, dtype) -> int:
@@ -58,7 +57,11 @@ class LLMEngine:
             raise ValueError(f"EngineConfig.max_model_len={c.max_model_len} exceeds the model's {model_limit}")
         self.max_model_len = c.max_model_len or model_limit
         self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len)
-        self.scheduler = SCHEDULERS[c.batching](self.block_manager, c.max_num_seqs, c.max_num_batched_tokens)
+        if c.batching == "continuous":
+            self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens)
+        else:
+            self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
+                                             pad_to_longest=c.batching == "padded")
         self.trace = Trace(num_seats=c.max_num_seqs)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
@@ -201,7 +204,7 @@ class LLMEngine:
             phase = DECODE if chunk.num_new_tokens == 1 and chunk.request not in out.admitted else PREFILL
             slots[self.trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
         for req in out.idle_slots:
-            slots[self.trace.seat_for(req.request_id)] = (req.request_id, IDLE)
+            slots[self.trace.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
         for req in returned:
             self.trace.release(req.request_id)
         usage = self.block_manager.usage()
@@ -209,7 +212,7 @@ class LLMEngine:
         self.trace.steps.append(StepRecord(
             step=len(self.trace.steps), start_time=start, duration=end - start, slots=slots,
             num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
-            decode_tokens=out.num_tokens - prefill,
+            decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
             blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
             token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
             admitted=[r.request_id for r in out.admitted],

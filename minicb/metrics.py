@@ -38,6 +38,7 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "requests_per_s": len(served) / span if span > 0 else float("nan"),
         "steps": len(trace.steps),
         "slot_utilization": trace.slot_utilization,
+        "padding_waste": trace.padding_waste,
         "ttft": latency_summary([x.ttft for x in m]),
         "tpot": latency_summary([x.tpot for x in m if x.tpot is not None]),
         "itl": latency_summary([gap for x in m for gap in x.itl]),

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-PREFILL, DECODE, IDLE, EMPTY = "prefill", "decode", "idle", "empty"
+PREFILL, DECODE = "prefill", "decode"   # useful work
+IDLE = "idle"     # finished, still holding its seat (static batching)
+PAD = "pad"       # finished, holding its seat and computing throwaway tokens (the dense baseline)
+EMPTY = "empty"   # no request
 
 
 @dataclass
@@ -16,11 +19,12 @@ class StepRecord:
     step: int
     start_time: float
     duration: float
-    slots: list[tuple[str | None, str]]   # per seat: (request id or None, prefill|decode|idle|empty)
-    num_tokens: int                       # tokens computed this step (prefill + decode)
+    slots: list[tuple[str | None, str]]   # per seat: (request id or None, prefill|decode|idle|pad|empty)
+    num_tokens: int                       # useful tokens computed this step (prefill + decode)
     context_tokens: int                   # KV entries attention read this step, summed over sequences
     prefill_tokens: int
     decode_tokens: int
+    padding_tokens: int                   # computed and thrown away (the dense baseline only)
     blocks_used: int
     blocks_free: int
     reserved_slots: int                   # KV slots in owned blocks
@@ -57,6 +61,13 @@ class Trace:
         """Useful slot-steps / all slot-steps: how much of the batch's capacity did real work."""
         total = sum(len(s.slots) for s in self.steps)
         return sum(s.useful_slots for s in self.steps) / total if total else 0.0
+
+    @property
+    def padding_waste(self) -> float:
+        """Computed-and-discarded tokens / all computed tokens (non-zero for the dense baseline only)."""
+        pads = sum(s.padding_tokens for s in self.steps)
+        total = pads + sum(s.num_tokens for s in self.steps)
+        return pads / total if total else 0.0
 
     def to_rows(self) -> list[dict]:
         return [asdict(s) for s in self.steps]

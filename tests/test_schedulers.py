@@ -121,3 +121,31 @@ def test_abort_frees_everything_and_others_finish(tiny_checkpoint, batching):
     assert {o.request_id for o in outputs if o.finished} == {"A", "B", "C"}
     with pytest.raises(KeyError, match="no request with id 'Z'"):
         engine.abort("Z")
+
+
+def test_padded_baseline_computes_the_waste_and_still_gets_the_same_tokens(tiny_checkpoint):
+    """The dense baseline: the seed example's 96 - 42 = 54 wasted slot-steps become 54 computed
+    padding tokens, and padding never disturbs the real rows."""
+    runs = {}
+    for batching in ("static", "padded"):
+        engine = make_engine(tiny_checkpoint, batching=batching, max_num_seqs=4)
+        add_fixed(engine, [4, 24, 6, 8], "ABCD")
+        run_checked(engine)
+        runs[batching] = engine
+    padded = runs["padded"].trace
+    assert sum(s.padding_tokens for s in padded.steps) == 54
+    useful = 4 * 3 + (42 - 4)          # four 3-token prompts, then the decode tokens after each first token
+    assert sum(s.num_tokens for s in padded.steps) == useful
+    assert padded.padding_waste == pytest.approx(54 / (54 + useful))
+    assert runs["static"].trace.padding_waste == 0
+    for r in "ABCD":
+        assert runs["padded"].requests[r].output_token_ids == runs["static"].requests[r].output_token_ids
+
+
+def test_padded_baseline_pads_prompts_to_the_longest(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, batching="padded", max_num_seqs=3)
+    for prompt in ([1] * 2, [2] * 9, [3] * 5):
+        engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    run_checked(engine)
+    first = engine.trace.steps[0]
+    assert (first.num_tokens, first.padding_tokens) == (16, 7 + 4)    # 2 + 9 + 5 real, padded to 3 x 9

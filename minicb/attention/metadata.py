@@ -6,7 +6,7 @@ about requests, only about sequences, positions and cache slots.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor   # (T,) int64: where each new token's K/V goes (block * block_size + offset); -1 skips
     max_seqlen_q: int            # longest run of new tokens, so kernels can size their grids without a sync
     max_seq_len: int
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # per-step layouts a backend caches
 
     @property
     def num_seqs(self) -> int:
@@ -26,17 +27,21 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]],
-              block_size: int, device: torch.device | str = "cpu") -> "AttentionMetadata":
+              block_size: int, device: torch.device | str = "cpu",
+              write_kv: list[bool] | None = None) -> "AttentionMetadata":
         """Derive every field from plain lists: each sequence's new-token count, its context length
         after this step, and its block table. The new tokens are always the last ones of the context."""
         if not (len(query_lens) == len(seq_lens) == len(block_tables)):
             raise ValueError("query_lens, seq_lens and block_tables need one entry per sequence")
         slots: list[int] = []
-        for q_len, s_len, table in zip(query_lens, seq_lens, block_tables):
+        for i, (q_len, s_len, table) in enumerate(zip(query_lens, seq_lens, block_tables)):
             if not 0 < q_len <= s_len:
                 raise ValueError(f"a sequence needs 1..seq_len new tokens, got {q_len} of {s_len}")
             if len(table) * block_size < s_len:
                 raise ValueError(f"block table of {len(table)} blocks cannot hold {s_len} tokens")
+            if write_kv is not None and not write_kv[i]:
+                slots.extend([-1] * q_len)
+                continue
             for pos in range(s_len - q_len, s_len):
                 slots.append(table[pos // block_size] * block_size + pos % block_size)
         width = max(len(t) for t in block_tables)

@@ -48,6 +48,25 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     return out
 
 
+def dense_layout(meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor, ...]:
+    """Index tensors that lay the ragged batch out densely. They depend only on the metadata, so they
+    are built once per step and reused by every layer."""
+    key = ("dense", block_size)
+    if key not in meta.derived:
+        B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_seqlen_q
+        device = meta.seq_lens.device
+        pos = torch.arange(S, device=device)
+        blocks = meta.block_tables.long().clamp(min=0).gather(1, (pos // block_size).expand(B, S))
+        context_slots = blocks * block_size + pos % block_size                                  # (B, S)
+        q_lens = (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).long()                        # (B,)
+        seq_of_row = torch.repeat_interleave(torch.arange(B, device=device), q_lens)            # (T,)
+        row_in_seq = torch.arange(len(seq_of_row), device=device) - meta.cu_seqlens_q[:-1].long()[seq_of_row]
+        q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=device)[None, :]  # (B, Q)
+        visible = pos[None, None, :] <= q_pos[:, :, None]                                        # (B, Q, S)
+        meta.derived[key] = (context_slots, seq_of_row, row_in_seq, visible[:, None])
+    return meta.derived[key]
+
+
 def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                                v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """The same attention as paged_attention, in one SDPA call for the whole batch.
@@ -58,20 +77,13 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
     """
     store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-    B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_seqlen_q
-    block_size = k_cache.shape[1]
-    blocks = meta.block_tables[:, : (S + block_size - 1) // block_size].clamp(min=0).long()  # (B, M')
-    keys = k_cache[blocks].flatten(1, 2)[:, :S]              # (B, S, n_kv, hd)
-    values = v_cache[blocks].flatten(1, 2)[:, :S]            # (B, S, n_kv, hd)
-    q_lens = (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).long()                        # (B,)
-    seq_of_row = torch.repeat_interleave(torch.arange(B, device=q.device), q_lens)          # (T,)
-    row_in_seq = torch.arange(q.shape[0], device=q.device) - meta.cu_seqlens_q[:-1].long()[seq_of_row]
-    queries = q.new_zeros(B, Q, *q.shape[1:])                 # (B, Q, H, hd)
+    context_slots, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1])
+    keys = k_cache.flatten(0, 1)[context_slots]               # (B, S, n_kv, hd)
+    values = v_cache.flatten(0, 1)[context_slots]             # (B, S, n_kv, hd)
+    queries = q.new_zeros(meta.num_seqs, meta.max_seqlen_q, *q.shape[1:])   # (B, Q, H, hd)
     queries[seq_of_row, row_in_seq] = q
-    q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=q.device)[None, :]  # (B, Q)
-    visible = torch.arange(S, device=q.device)[None, None, :] <= q_pos[:, :, None]          # (B, Q, S)
     out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+                                         attn_mask=mask, scale=scale, enable_gqa=True)
     return out.transpose(1, 2)[seq_of_row, row_in_seq]       # (T, H, hd)
 
 

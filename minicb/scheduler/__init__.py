@@ -27,15 +27,29 @@ class ScheduledChunk:
 
 
 @dataclass
+class PaddingChunk:
+    """Throwaway tokens that are computed but never used: the dense baseline's waste. They read the
+    request's context up to num_cached + num_tokens and write nothing to the cache."""
+    request: Request
+    num_cached: int
+    num_tokens: int
+
+
+@dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     idle_slots: list[Request] = field(default_factory=list)   # static batching: done, still holding a slot
     admitted: list[Request] = field(default_factory=list)     # started running this step
     preempted: list[Request] = field(default_factory=list)    # lost their KV blocks this step
+    padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
 
     @property
     def num_tokens(self) -> int:
         return sum(c.num_new_tokens for c in self.chunks)
+
+    @property
+    def padding_tokens(self) -> int:
+        return sum(p.num_tokens for p in self.padding)
 
     @property
     def is_empty(self) -> bool:

@@ -3,6 +3,10 @@
 This is the baseline continuous batching beats. A member that finishes early keeps its slot, idle,
 until the longest member is done, and its result goes back only then; a request that arrives
 meanwhile waits for the whole batch. Every KV block of the batch stays held until the end too.
+
+With pad_to_longest, it is the naive dense baseline (`generate` on a padded tensor): every prompt
+is padded to the longest, each row reserves KV for the longest prompt plus the longest output,
+and a finished row keeps computing a throwaway token every step. The waste is then real FLOPs.
 """
 from __future__ import annotations
 
@@ -10,19 +14,29 @@ from collections import deque
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
-from minicb.scheduler import ScheduledChunk, SchedulerOutput
+from minicb.scheduler import PaddingChunk, ScheduledChunk, SchedulerOutput
 
 
 class StaticScheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 pad_to_longest: bool = False):
         self.blocks = block_manager
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.pad_to_longest = pad_to_longest
         self.waiting: deque[Request] = deque()
         self.batch: list[Request] = []
+        self._longest_prompt = 0   # of the current batch
+        self._batch_steps = 0      # steps the current batch has run
 
-    def reserve_tokens(self, request: Request) -> int:
-        """Static batching reserves for the worst case up front: prompt plus max_tokens."""
-        worst, limit = request.num_tokens + request.params.max_tokens, self.blocks.max_model_len
+    def reserve_tokens(self, request: Request, members: list[Request] | None = None) -> int:
+        """Static batching reserves for the worst case up front: prompt plus max_tokens; the dense
+        padded baseline reserves the batch's longest prompt plus its longest output, for every row."""
+        members = members or [request]
+        if self.pad_to_longest:
+            worst = max(r.num_tokens for r in members) + max(r.params.max_tokens for r in members)
+        else:
+            worst = request.num_tokens + request.params.max_tokens
+        limit = self.blocks.max_model_len
         return worst if limit is None else min(worst, limit)
 
     def add(self, request: Request) -> None:
@@ -50,11 +64,18 @@ class StaticScheduler:
         for req in self.batch:
             if req.status.finished:
                 out.idle_slots.append(req)
+                if self.pad_to_longest:
+                    # The row's context in a dense tensor: the longest prompt plus every step so far.
+                    context = min(self._longest_prompt + self._batch_steps, self.reserve_tokens(req, self.batch))
+                    out.padding.append(PaddingChunk(req, context - 1, 1))
             elif req in out.admitted:
                 out.chunks.append(ScheduledChunk(req, req.num_tokens))
+                if self.pad_to_longest and req.num_tokens < self._longest_prompt:
+                    out.padding.append(PaddingChunk(req, req.num_tokens, self._longest_prompt - req.num_tokens))
             else:
                 self.blocks.append_slots(req.request_id)
                 out.chunks.append(ScheduledChunk(req, 1))
+        self._batch_steps += 1
         return out
 
     def update(self, out: SchedulerOutput) -> list[Request]:
@@ -67,15 +88,22 @@ class StaticScheduler:
         return done
 
     def _form_batch(self, out: SchedulerOutput) -> None:
-        budget = self.max_num_batched_tokens
-        while self.waiting and len(self.batch) < self.max_num_seqs:
-            req = self.waiting[0]
-            worst = self.reserve_tokens(req)
-            if (req.num_tokens > budget and self.batch) or not self.blocks.can_allocate(req.num_tokens, worst):
+        budget, members = self.max_num_batched_tokens, []
+        for req in self.waiting:   # the oldest requests, while seats and the step's token budget allow
+            if len(members) == self.max_num_seqs or (req.num_tokens > budget and members):
                 break
-            self.waiting.popleft()
-            self.blocks.allocate(req.request_id, req.num_tokens, reserve_tokens=worst)
-            req.status = RequestStatus.RUNNING
-            self.batch.append(req)
-            out.admitted.append(req)
+            members.append(req)
             budget -= req.num_tokens
+        while members and not self._pool_holds(members):
+            members.pop()
+        for req in members:
+            self.waiting.popleft()
+            self.blocks.allocate(req.request_id, req.num_tokens, reserve_tokens=self.reserve_tokens(req, members))
+            req.status = RequestStatus.RUNNING
+        self.batch, out.admitted = members, list(members)
+        self._longest_prompt = max((r.num_tokens for r in members), default=0)
+        self._batch_steps = 0
+
+    def _pool_holds(self, members: list[Request]) -> bool:
+        needed = sum(self.blocks.blocks_to_reserve(r.num_tokens, self.reserve_tokens(r, members)) for r in members)
+        return needed <= len(self.blocks.free_blocks)

@@ -1,14 +1,14 @@
 """Slot occupancy as text, for terminals (`make demo`) and plain logs.
 
 One row per seat, one column per step (or per group of steps when the run is long). A request is
-drawn with a letter of its own (capital while prefilling), an idle-but-held slot as '.', and an
-empty seat as ' '.
+drawn with a letter of its own (capital while prefilling), an idle-but-held slot as '.', a held
+slot computing padding as ':', and an empty seat as ' '.
 """
 from __future__ import annotations
 
 import string
 
-from minicb.trace import DECODE, IDLE, PREFILL, Trace
+from minicb.trace import DECODE, IDLE, PAD, PREFILL, Trace
 
 LETTERS = string.ascii_lowercase
 
@@ -28,7 +28,7 @@ def occupancy_chart(trace: Trace, width: int = 96) -> str:
                 ch = letter.setdefault(rid, LETTERS[len(letter) % len(LETTERS)])
                 cells.append(ch.upper() if phase == PREFILL else ch)
             else:
-                cells.append("." if phase == IDLE else " ")
+                cells.append({IDLE: ".", PAD: ":"}.get(phase, " "))
         rows.append(f"{seat:3d} |{''.join(cells)}|")
     scale = f"one column = {group} step{'s' if group > 1 else ''}; " if group > 1 else ""
     footer = f"     {scale}{len(steps)} steps, slot utilization {100 * trace.slot_utilization:.0f}%"

@@ -15,10 +15,10 @@ from minicb.attention.metadata import AttentionMetadata
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """Scatter the new tokens' K/V (T, n_kv, hd) into caches (num_blocks, block_size, n_kv, hd)."""
-    keep = slot_mapping >= 0
+    keep = (slot_mapping >= 0).nonzero()[:, 0]
     slots = slot_mapping[keep]
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = k[keep]
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = v[keep]
+    k_cache.flatten(0, 1).index_copy_(0, slots, k[keep])
+    v_cache.flatten(0, 1).index_copy_(0, slots, v[keep])
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -78,13 +78,18 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """
     store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
     context_slots, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1])
-    keys = k_cache.flatten(0, 1)[context_slots]               # (B, S, n_kv, hd)
-    values = v_cache.flatten(0, 1)[context_slots]             # (B, S, n_kv, hd)
-    queries = q.new_zeros(meta.num_seqs, meta.max_seqlen_q, *q.shape[1:])   # (B, Q, H, hd)
-    queries[seq_of_row, row_in_seq] = q
+    B, S = context_slots.shape
+    keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *k.shape[1:])    # (B, S, n_kv, hd)
+    values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *v.shape[1:])  # (B, S, n_kv, hd)
+    decode_only = meta.max_seqlen_q == 1   # one row per sequence, in order: no scatter needed
+    if decode_only:
+        queries = q[:, None]                                                 # (B, 1, H, hd)
+    else:
+        queries = q.new_zeros(B, meta.max_seqlen_q, *q.shape[1:])           # (B, Q, H, hd)
+        queries[seq_of_row, row_in_seq] = q
     out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=mask, scale=scale, enable_gqa=True)
-    return out.transpose(1, 2)[seq_of_row, row_in_seq]       # (T, H, hd)
+                                         attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)
+    return out[:, 0] if decode_only else out[seq_of_row, row_in_seq]         # (T, H, hd)
 
 
 BACKENDS = {"torch": paged_attention_vectorized, "torch-loop": paged_attention}

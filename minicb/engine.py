@@ -13,6 +13,7 @@ from __future__ import annotations
 import zlib
 from typing import Iterator
 
+import torch
 from tqdm.auto import tqdm
 
 from minicb.batch import FlatBatch
@@ -31,8 +32,7 @@ from minicb.simulator import SimulatedRunner
 from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
 
 
-
-def kv_bytes_per_block(model_path, block_size: int, dtype) -> int:
+def kv_bytes_per_block(model_path: str, block_size: int, dtype: torch.dtype) -> int:
     c = read_model_config(model_path)
     return c.num_layers * 2 * block_size * c.kv_dim * dtype.itemsize
 
@@ -56,6 +56,8 @@ class LLMEngine:
         if c.max_model_len is not None and c.max_model_len > model_limit:
             raise ValueError(f"EngineConfig.max_model_len={c.max_model_len} exceeds the model's {model_limit}")
         self.max_model_len = c.max_model_len or model_limit
+        # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
+        self.max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
         self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len)
         if c.batching == "continuous":
             self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens)
@@ -161,10 +163,8 @@ class LLMEngine:
         for req in returned:
             req.metrics.finished_time = end   # when the user gets the result, which static batching delays
         self._record(out, start, end, returned, int(batch.attn.seq_lens.sum()))
-        if isinstance(self.scheduler, ContinuousScheduler):
-            outputs += [RequestOutput.of(r) for r in sampled]
-        else:
-            outputs += [RequestOutput.of(r) for r in returned]
+        shown = sampled if self.scheduler.streams_tokens else returned
+        outputs += [RequestOutput.of(r) for r in shown]
         return outputs
 
     def _append_token(self, req: Request, token: int, t: float) -> None:
@@ -179,7 +179,7 @@ class LLMEngine:
             return
         if (token in eos and not p.ignore_eos) or token in p.stop_token_ids:
             req.status = RequestStatus.FINISHED_STOPPED
-        elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_model_len:
+        elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_seq_tokens:
             req.status = RequestStatus.FINISHED_LENGTH
         if req.status.finished and self.detokenize:
             # Bytes of an unfinished character were held back; the full decode shows them as U+FFFD.
@@ -243,11 +243,12 @@ class LLM:
     def generate(self, prompts: list | str, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         ids = self._submit(prompts, sampling_params)
+        wanted = set(ids)
         results: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", disable=not use_tqdm, unit="req") as bar:
             while len(results) < len(ids):
                 for output in self.engine.step():
-                    if output.finished and output.request_id in ids and output.request_id not in results:
+                    if output.finished and output.request_id in wanted and output.request_id not in results:
                         results[output.request_id] = output
                         bar.update()
         return [results[i] for i in ids]

@@ -149,3 +149,11 @@ def test_padded_baseline_pads_prompts_to_the_longest(tiny_checkpoint):
     run_checked(engine)
     first = engine.trace.steps[0]
     assert (first.num_tokens, first.padding_tokens) == (16, 7 + 4)    # 2 + 9 + 5 real, padded to 3 x 9
+
+
+def test_a_sequence_stops_when_it_would_outgrow_the_whole_pool(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, num_blocks=4)             # 4 blocks x 4 slots = 16 tokens in all
+    engine.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))
+    run_checked(engine)
+    req = engine.requests["0"]
+    assert req.status is RequestStatus.FINISHED_LENGTH and req.num_tokens == 16

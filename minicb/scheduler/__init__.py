@@ -6,7 +6,10 @@ simulator never know which one is deciding:
     add(request)                      queue a new request
     schedule() -> SchedulerOutput     this step's decision (also allocates KV slots for it)
     update(output) -> [Request]       after the step: the requests whose results go back now
+    abort(request)                    drop a request wherever it is, freeing its blocks
+    reserve_tokens(request) -> int    KV slots it must reserve to start (beyond its prompt)
     has_unfinished() -> bool
+    streams_tokens: bool              whether new tokens go back every step, or only with the result
 """
 from __future__ import annotations
 

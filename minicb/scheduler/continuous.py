@@ -15,6 +15,8 @@ from minicb.scheduler import ScheduledChunk, SchedulerOutput
 
 
 class ContinuousScheduler:
+    streams_tokens = True   # every new token goes back to its user at once
+
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
         self.blocks = block_manager
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens

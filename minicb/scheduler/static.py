@@ -18,6 +18,8 @@ from minicb.scheduler import PaddingChunk, ScheduledChunk, SchedulerOutput
 
 
 class StaticScheduler:
+    streams_tokens = False   # results go back only when the whole batch is done
+
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  pad_to_longest: bool = False):
         self.blocks = block_manager

@@ -50,7 +50,7 @@ class Trace:
         """A request keeps one seat from admission until it leaves, so a row in the widget is a seat."""
         if request_id not in self._seat_of:
             taken = set(self._seat_of.values())
-            self._seat_of[request_id] = min(s for s in range(self.num_seats + len(taken) + 1) if s not in taken)
+            self._seat_of[request_id] = min(s for s in range(self.num_seats) if s not in taken)
         return self._seat_of[request_id]
 
     def release(self, request_id: str) -> None:

@@ -28,6 +28,7 @@ class StaticScheduler:
         self.waiting: deque[Request] = deque()
         self.batch: list[Request] = []
         self._longest_prompt = 0   # of the current batch
+        self._dense_width = 0      # the padded baseline's row length: longest prompt + longest output
         self._batch_steps = 0      # steps the current batch has run
 
     def reserve_tokens(self, request: Request, members: list[Request] | None = None) -> int:
@@ -68,7 +69,7 @@ class StaticScheduler:
                 out.idle_slots.append(req)
                 if self.pad_to_longest:
                     # The row's context in a dense tensor: the longest prompt plus every step so far.
-                    context = min(self._longest_prompt + self._batch_steps, self.reserve_tokens(req, self.batch))
+                    context = min(self._longest_prompt + self._batch_steps, self._dense_width)
                     out.padding.append(PaddingChunk(req, context - 1, 1))
             elif req in out.admitted:
                 out.chunks.append(ScheduledChunk(req, req.num_tokens))
@@ -104,6 +105,7 @@ class StaticScheduler:
             req.status = RequestStatus.RUNNING
         self.batch, out.admitted = members, list(members)
         self._longest_prompt = max((r.num_tokens for r in members), default=0)
+        self._dense_width = max((self.reserve_tokens(r, members) for r in members), default=0)
         self._batch_steps = 0
 
     def _pool_holds(self, members: list[Request]) -> bool:

@@ -71,11 +71,11 @@ class BlockManager:
         return self.tables[seq_id]
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1) -> bool:
-        return self._missing_blocks(seq_id, num_new_tokens) <= len(self.free_blocks)
+        return self.new_blocks_needed(seq_id, num_new_tokens) <= len(self.free_blocks)
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
         """Make room for num_new_tokens more tokens; a new block only when the last one is full."""
-        missing = self._missing_blocks(seq_id, num_new_tokens)
+        missing = self.new_blocks_needed(seq_id, num_new_tokens)
         if missing > len(self.free_blocks):
             raise NoFreeBlocks(f"{seq_id!r} needs {missing} more blocks, {len(self.free_blocks)} free")
         self.tables[seq_id].extend(self._take() for _ in range(missing))
@@ -111,7 +111,8 @@ class BlockManager:
         for seq_id, table in self.tables.items():
             assert len(table) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r}'s table is too short"
 
-    def _missing_blocks(self, seq_id: str, num_new_tokens: int) -> int:
+    def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
+        """Blocks the sequence must add to hold num_new_tokens more tokens."""
         return max(0, self.blocks_for(self.num_tokens[seq_id] + num_new_tokens) - len(self.tables[seq_id]))
 
     def _take(self) -> int:

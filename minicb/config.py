@@ -20,6 +20,11 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # tokens in one step: caps the cost of a step full of prefills
     max_model_len: int | None = None    # prompt + output per request; None: what the model supports
 
+    # Prefill against decode: lesson 07.
+    enable_chunked_prefill: bool = False  # split long prompts across steps so running decodes keep flowing
+    long_prefill_token_threshold: int = 0  # with chunking, the most prompt tokens one request gets per step; 0: all
+    schedule_priority: str = "decode_first"  # or "prefill_first": who gets the step's token budget first
+
     # The KV cache: lesson 04.
     block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table entries
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
@@ -33,7 +38,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-                   "attn_backend": ("torch", "torch-loop")}
+                   "attn_backend": ("torch", "torch-loop"), "schedule_priority": ("decode_first", "prefill_first")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -45,6 +50,9 @@ class EngineConfig:
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"EngineConfig.max_model_len={self.max_model_len!r} is invalid: "
                              "use an integer >= 2 or None")
+        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
+            raise ValueError(f"EngineConfig.long_prefill_token_threshold={self.long_prefill_token_threshold!r} is "
+                             "invalid: use an integer >= 0 (0 = no cap)")
         if self.kv_cache_memory_mb <= 0:
             raise ValueError(f"EngineConfig.kv_cache_memory_mb={self.kv_cache_memory_mb!r} is invalid: "
                              "use a number > 0")

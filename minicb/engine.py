@@ -60,7 +60,9 @@ class LLMEngine:
         self.max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
         self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len)
         if c.batching == "continuous":
-            self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens)
+            self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
+                                                 c.enable_chunked_prefill, c.long_prefill_token_threshold,
+                                                 prefill_first=c.schedule_priority == "prefill_first")
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")
@@ -119,9 +121,9 @@ class LLMEngine:
             return (f"the request needs {needed} KV blocks to start but the whole pool has {bm.num_blocks} "
                     f"({bm.num_blocks * bm.block_size} token slots); raise num_blocks or kv_cache_memory_mb, "
                     "or shorten the prompt")
-        if req.num_tokens > self.config.max_num_batched_tokens:
+        if req.num_tokens > self.config.max_num_batched_tokens and not self.config.enable_chunked_prefill:
             return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
-                    f"{self.config.max_num_batched_tokens}; raise it")
+                    f"{self.config.max_num_batched_tokens}; raise it or set enable_chunked_prefill=True")
         return None
 
     def abort(self, request_id: str) -> None:
@@ -201,14 +203,14 @@ class LLMEngine:
         for req in out.preempted:
             self.trace.release(req.request_id)
         for chunk in out.chunks:
-            phase = DECODE if chunk.num_new_tokens == 1 and chunk.request not in out.admitted else PREFILL
+            phase = PREFILL if chunk.prefill else DECODE
             slots[self.trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
         for req in out.idle_slots:
             slots[self.trace.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
         for req in returned:
             self.trace.release(req.request_id)
         usage = self.block_manager.usage()
-        prefill = sum(c.num_new_tokens for c in out.chunks if c.request in out.admitted)
+        prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
         self.trace.steps.append(StepRecord(
             step=len(self.trace.steps), start_time=start, duration=end - start, slots=slots,
             num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,

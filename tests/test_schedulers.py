@@ -157,3 +157,57 @@ def test_a_sequence_stops_when_it_would_outgrow_the_whole_pool(tiny_checkpoint):
     run_checked(engine)
     req = engine.requests["0"]
     assert req.status is RequestStatus.FINISHED_LENGTH and req.num_tokens == 16
+
+
+# --- chunked prefill and the prefill/decode trade-off ----------------------------------------------
+
+def test_chunked_prefill_splits_a_long_prompt_and_changes_no_token(tiny_checkpoint):
+    prompt = list(range(5, 45))                                     # 40 tokens, budget 16 per step
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    chunked = make_engine(tiny_checkpoint, max_num_batched_tokens=16, enable_chunked_prefill=True)
+    chunked.add_request(prompt, params)
+    run_checked(chunked)
+    steps = chunked.trace.steps
+    assert [s.prefill_tokens for s in steps[:3]] == [16, 16, 8]
+    assert chunked.requests["0"].metrics.token_times[0] >= steps[2].start_time   # first token after the last chunk
+    whole = make_engine(tiny_checkpoint)
+    whole.add_request(prompt, params)
+    run_checked(whole)
+    assert chunked.requests["0"].output_token_ids == whole.requests["0"].output_token_ids
+
+
+def test_decodes_keep_flowing_while_a_long_prompt_is_chunked(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_batched_tokens=12, enable_chunked_prefill=True,
+                         long_prefill_token_threshold=8)
+    for i in range(3):
+        engine.add_request([1 + i, 2], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
+    engine.step()
+    engine.add_request(list(range(5, 65)), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), "long")
+    run_checked(engine)
+    long_steps = [s for s in engine.trace.steps if "long" in s.tokens and s.prefill_tokens]
+    assert len(long_steps) == 60 // 8 + 1
+    assert all(s.tokens["long"] <= 8 and s.decode_tokens == 3 for s in long_steps)   # every decode ran each step
+
+
+def test_unchunked_long_prompt_is_rejected_with_the_fix_named(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_batched_tokens=16)
+    engine.add_request(list(range(5, 45)), SamplingParams(max_tokens=2), "long")
+    (out,) = engine.step()
+    assert out.outputs[0].finish_reason == "rejected" and "enable_chunked_prefill=True" in out.reject_reason
+
+
+@pytest.mark.parametrize("priority", ["decode_first", "prefill_first"])
+def test_schedule_priority_decides_who_gets_the_budget(tiny_checkpoint, priority):
+    engine = make_engine(tiny_checkpoint, max_num_batched_tokens=10, enable_chunked_prefill=True,
+                         schedule_priority=priority)
+    for i in range(4):
+        engine.add_request([1 + i], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    engine.step()                                                   # four decoders running
+    engine.add_request(list(range(5, 25)), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), "new")
+    engine.step()
+    step = engine.trace.steps[-1]
+    if priority == "decode_first":
+        assert (step.decode_tokens, step.tokens["new"]) == (4, 6)    # decoders first, the prompt gets the rest
+    else:
+        assert (step.tokens["new"], step.decode_tokens) == (10, 0)   # the prompt first; decoders stall a step
+    run_checked(engine)

@@ -21,7 +21,8 @@ from minicb.request import Request
 @dataclass
 class ScheduledChunk:
     request: Request
-    num_new_tokens: int    # a whole prompt (prefill), or 1 (decode)
+    num_new_tokens: int    # a prompt or a piece of one (prefill), or 1 (decode)
+    prefill: bool = False  # prompt tokens (or a preempted request's recompute), not a decode
 
     @property
     def completes_known_tokens(self) -> bool:

@@ -17,11 +17,16 @@ from minicb.scheduler import ScheduledChunk, SchedulerOutput
 class ContinuousScheduler:
     streams_tokens = True   # every new token goes back to its user at once
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool = False, long_prefill_token_threshold: int = 0,
+                 prefill_first: bool = False):
         self.blocks = block_manager
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.chunked, self.prefill_cap = enable_chunked_prefill, long_prefill_token_threshold
+        self.prefill_first = prefill_first
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self._budget = 0   # tokens left in the step being scheduled
 
     def reserve_tokens(self, request: Request) -> int:
         """Nothing beyond the prompt: blocks come one at a time as the sequence grows."""
@@ -41,31 +46,19 @@ class ContinuousScheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
+        """decode_first (default): running sequences take the token budget first, new requests get
+        what is left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then
+        new ones) go first and decodes take what is left: new users see a first token sooner."""
         out = SchedulerOutput()
-        budget = self.max_num_batched_tokens
-        # Running sequences decode first: each needs one token and, now and then, one new block.
-        for req in list(self.running):
-            while req in self.running and not self.blocks.can_append(req.request_id):
-                self._preempt(self.running[-1], out)   # the latest arrival gives its blocks back
-            if req in self.running:
-                self.blocks.append_slots(req.request_id)
-                out.chunks.append(ScheduledChunk(req, 1))
-                budget -= 1
-        # Then admit waiting requests, oldest first, while seats, tokens and blocks allow.
-        while self.waiting and not out.preempted and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
-            prompt = req.num_tokens - req.num_computed_tokens
-            # Over budget waits, unless the step would otherwise be empty: a preempted request
-            # that grew past the budget must still be able to come back.
-            if (prompt > budget and out.chunks) or not self.blocks.can_allocate(req.num_tokens):
-                break
-            self.waiting.popleft()
-            self.blocks.allocate(req.request_id, req.num_tokens)
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            out.admitted.append(req)
-            out.chunks.append(ScheduledChunk(req, prompt))
-            budget -= prompt
+        self._budget = self.max_num_batched_tokens
+        if self.prefill_first:
+            self._schedule_running(out, [r for r in self.running if self._uncomputed(r) > 1])
+            self._admit(out, keep_free=sum(self.blocks.new_blocks_needed(r.request_id) for r in self.running
+                                           if self._uncomputed(r) == 1))
+            self._schedule_running(out, [r for r in self.running if self._uncomputed(r) == 1])
+        else:
+            self._schedule_running(out, list(self.running))
+            self._admit(out, keep_free=0)
         return out
 
     def update(self, out: SchedulerOutput) -> list[Request]:
@@ -76,13 +69,55 @@ class ContinuousScheduler:
             self.blocks.free(req.request_id)
         return done
 
+    @staticmethod
+    def _uncomputed(req: Request) -> int:
+        """1 for a decode (the last sampled token); more while the prompt is still being prefilled."""
+        return req.num_tokens - req.num_computed_tokens
+
+    def _chunk_size(self, req: Request, step_is_empty: bool) -> int:
+        """How many of the request's uncomputed tokens fit this step (0: none)."""
+        todo = self._uncomputed(req)
+        if self.chunked:
+            cap = self.prefill_cap or todo
+            return max(0, min(todo, self._budget, cap))
+        # Unchunked, a prompt runs whole or not at all; a preempted request that grew past the
+        # budget may still fill an otherwise empty step, so it cannot starve.
+        return todo if todo <= self._budget or step_is_empty else 0
+
+    def _schedule_running(self, out: SchedulerOutput, candidates: list[Request]) -> None:
+        for req in candidates:
+            n = self._chunk_size(req, step_is_empty=not out.chunks) if req in self.running else 0
+            while n and req in self.running and not self.blocks.can_append(req.request_id, n):
+                self._preempt(self.running[-1], out)   # the latest arrival gives its blocks back
+            if n and req in self.running:
+                self.blocks.append_slots(req.request_id, n)
+                out.chunks.append(ScheduledChunk(req, n, prefill=self._uncomputed(req) > 1))
+                self._budget -= n
+
+    def _admit(self, out: SchedulerOutput, keep_free: int) -> None:
+        """Admit waiting requests, oldest first, while seats, tokens and blocks allow; keep_free
+        blocks stay for the running decodes that prefill_first schedules after admission."""
+        while self.waiting and not out.preempted and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            n = self._chunk_size(req, step_is_empty=not out.chunks)
+            if n == 0 or self.blocks.blocks_to_reserve(n, 0) > len(self.blocks.free_blocks) - keep_free:
+                break
+            self.waiting.popleft()
+            self.blocks.allocate(req.request_id, n)
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.admitted.append(req)
+            out.chunks.append(ScheduledChunk(req, n, prefill=True))
+            self._budget -= n
+
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         """Recompute-style preemption: drop the victim's KV and queue it first, to re-prefill
-        its prompt and the tokens it already generated."""
+        its prompt and the tokens it already generated. Tokens it was given this step go back."""
         self.running.remove(victim)
         self.blocks.free(victim.request_id)
         victim.num_computed_tokens = 0
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
+        self._budget += sum(c.num_new_tokens for c in out.chunks if c.request is victim)
         out.chunks = [c for c in out.chunks if c.request is not victim]
         out.preempted.append(victim)

@@ -72,7 +72,7 @@ class StaticScheduler:
                     context = min(self._longest_prompt + self._batch_steps, self._dense_width)
                     out.padding.append(PaddingChunk(req, context - 1, 1))
             elif req in out.admitted:
-                out.chunks.append(ScheduledChunk(req, req.num_tokens))
+                out.chunks.append(ScheduledChunk(req, req.num_tokens, prefill=True))
                 if self.pad_to_longest and req.num_tokens < self._longest_prompt:
                     out.padding.append(PaddingChunk(req, req.num_tokens, self._longest_prompt - req.num_tokens))
             else:

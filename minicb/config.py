@@ -25,6 +25,11 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0  # with chunking, the most prompt tokens one request gets per step; 0: all
     schedule_priority: str = "decode_first"  # or "prefill_first": who gets the step's token budget first
 
+    # Who goes first, and who is turned away: lesson 07.
+    scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt less urgent ones
+    max_waiting: int | None = None      # queue length beyond which new requests are REJECTED at once
+    max_queue_delay_s: float | None = None  # a request still unscheduled after this long is REJECTED
+
     # The KV cache: lesson 04.
     block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table entries
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
@@ -38,7 +43,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-                   "attn_backend": ("torch", "torch-loop"), "schedule_priority": ("decode_first", "prefill_first")}
+                   "attn_backend": ("torch", "torch-loop"), "schedule_priority": ("decode_first", "prefill_first"),
+                   "scheduling_policy": ("fcfs", "priority")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -53,6 +59,14 @@ class EngineConfig:
         if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
             raise ValueError(f"EngineConfig.long_prefill_token_threshold={self.long_prefill_token_threshold!r} is "
                              "invalid: use an integer >= 0 (0 = no cap)")
+        if self.max_waiting is not None and (not isinstance(self.max_waiting, int) or self.max_waiting < 0):
+            raise ValueError(f"EngineConfig.max_waiting={self.max_waiting!r} is invalid: use an integer >= 0 or None")
+        if self.max_queue_delay_s is not None and not self.max_queue_delay_s > 0:
+            raise ValueError(f"EngineConfig.max_queue_delay_s={self.max_queue_delay_s!r} is invalid: "
+                             "use a number of seconds > 0 or None")
+        if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"):
+            raise ValueError(f"chunked prefill and the priority policy need batching='continuous', not "
+                             f"{self.batching!r}: a static batch runs whole prompts, first come first served")
         if self.kv_cache_memory_mb <= 0:
             raise ValueError(f"EngineConfig.kv_cache_memory_mb={self.kv_cache_memory_mb!r} is invalid: "
                              "use a number > 0")

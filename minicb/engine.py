@@ -32,6 +32,11 @@ from minicb.simulator import SimulatedRunner
 from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
 
 
+def check_priority(priority: int) -> None:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError(f"priority={priority!r} is invalid: use an integer (lower is served first)")
+
+
 def kv_bytes_per_block(model_path: str, block_size: int, dtype: torch.dtype) -> int:
     c = read_model_config(model_path)
     return c.num_layers * 2 * block_size * c.kv_dim * dtype.itemsize
@@ -62,7 +67,8 @@ class LLMEngine:
         if c.batching == "continuous":
             self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                                  c.enable_chunked_prefill, c.long_prefill_token_threshold,
-                                                 prefill_first=c.schedule_priority == "prefill_first")
+                                                 prefill_first=c.schedule_priority == "prefill_first",
+                                                 policy=c.scheduling_policy)
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")
@@ -94,8 +100,9 @@ class LLMEngine:
         return ids
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, arrival_time: float | None = None) -> str:
+                    request_id: str | None = None, arrival_time: float | None = None, priority: int = 0) -> str:
         params = params or SamplingParams()
+        check_priority(priority)
         ids = self.encode(prompt)
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
@@ -104,15 +111,39 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
         req = Request(request_id, prompt if isinstance(prompt, str) else None, ids, params,
                       make_generator(seed, self.runner.device),
-                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()))
+                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
         self.requests[request_id] = req
-        reason = self._why_never_servable(req)
+        reason = self._why_never_servable(req) or self._why_not_now()
         if reason:
-            req.status, req.reject_reason = RequestStatus.REJECTED, reason
-            self._pending_outputs.append(RequestOutput.of(req))
+            self._finish_unserved(req, RequestStatus.REJECTED, reason)
         else:
             self.scheduler.add(req)
         return request_id
+
+    def _why_not_now(self) -> str | None:
+        """Admission control: a full queue turns requests away instead of making everyone slower."""
+        limit = self.config.max_waiting
+        if limit is not None and len(self.scheduler.waiting) >= limit:
+            return f"the queue is full (max_waiting={limit}); retry later, or raise max_waiting"
+        return None
+
+    def _reject_stale(self) -> None:
+        """Admission control: requests that waited past max_queue_delay_s without starting are REJECTED."""
+        delay, now = self.config.max_queue_delay_s, self.clock()
+        if delay is None:
+            return
+        for req in [r for r in self.scheduler.waiting if r.metrics.scheduled_time is None]:
+            if now - req.metrics.arrival_time > delay:
+                self.scheduler.abort(req)
+                self._finish_unserved(req, RequestStatus.REJECTED,
+                                      f"not started within max_queue_delay_s={delay}; the server is overloaded")
+
+    def _finish_unserved(self, req: Request, status: RequestStatus, reason: str) -> None:
+        """End a request outside a step (rejected, aborted); its output goes back with the next step."""
+        req.status, req.reason = status, reason
+        req.metrics.finished_time = self.clock()
+        self.trace.release(req.request_id)
+        self._pending_outputs.append(RequestOutput.of(req))
 
     def _why_never_servable(self, req: Request) -> str | None:
         bm = self.block_manager
@@ -133,10 +164,7 @@ class LLMEngine:
         if req.status.finished:
             return
         self.scheduler.abort(req)
-        req.status = RequestStatus.FINISHED_ABORTED
-        req.metrics.finished_time = self.clock()
-        self.trace.release(request_id)
-        self._pending_outputs.append(RequestOutput.of(req))
+        self._finish_unserved(req, RequestStatus.FINISHED_ABORTED, "aborted by the caller")
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending_outputs)
@@ -144,6 +172,7 @@ class LLMEngine:
     # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        self._reject_stale()
         outputs, self._pending_outputs = self._pending_outputs, []
         start = self.clock()
         out = self.scheduler.schedule()
@@ -152,8 +181,14 @@ class LLMEngine:
         batch = FlatBatch.from_scheduler_output(out, self.block_manager.tables, self.config.block_size,
                                                   self.runner.device)
         logits = self.runner.execute(batch)
-        sampled = [c.request for c in out.chunks if c.completes_known_tokens]
-        tokens = sample(logits, [r.params for r in sampled], [r.generator for r in sampled])
+        due = [c.request for c in out.chunks if c.completes_known_tokens]
+        finite = torch.isfinite(logits).all(dim=-1).tolist()
+        for req, ok in zip(due, finite):
+            if not ok:   # this request fails alone; everyone else in the batch carries on
+                req.status, req.reason = RequestStatus.FINISHED_ERROR, "the model produced NaN or inf logits"
+        sampled = [r for r, ok in zip(due, finite) if ok]
+        tokens = sample(logits[torch.tensor(finite, dtype=torch.bool, device=logits.device)],
+                        [r.params for r in sampled], [r.generator for r in sampled])
         end = self.clock()
         for chunk in out.chunks:
             chunk.request.num_computed_tokens += chunk.num_new_tokens
@@ -165,7 +200,7 @@ class LLMEngine:
         for req in returned:
             req.metrics.finished_time = end   # when the user gets the result, which static batching delays
         self._record(out, start, end, returned, int(batch.attn.seq_lens.sum()))
-        shown = sampled if self.scheduler.streams_tokens else returned
+        shown = due if self.scheduler.streams_tokens else returned
         outputs += [RequestOutput.of(r) for r in shown]
         return outputs
 
@@ -228,7 +263,7 @@ class LLM:
     def __init__(self, model: str | None = None, **engine_config):
         self.engine = LLMEngine(EngineConfig(model=model, **engine_config))
 
-    def _submit(self, prompts: list, sampling_params) -> list[str]:
+    def _submit(self, prompts: list, sampling_params, priority: list[int] | None = None) -> list[str]:
         if isinstance(prompts, (str, tuple)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         if not prompts:
@@ -238,13 +273,18 @@ class LLM:
         if len(sampling_params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} SamplingParams; "
                              "give one, or one per prompt")
-        for prompt in prompts:  # validate every prompt before queueing any, so a bad list changes nothing
+        priority = priority if priority is not None else [0] * len(prompts)
+        if len(priority) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(priority)} priorities; give one per prompt")
+        for prompt, rank in zip(prompts, priority):  # validate all before queueing any: a bad list changes nothing
             self.engine.encode(prompt)
-        return [self.engine.add_request(p, sp) for p, sp in zip(prompts, sampling_params)]
+            check_priority(rank)
+        return [self.engine.add_request(p, sp, priority=rank)
+                for p, sp, rank in zip(prompts, sampling_params, priority)]
 
     def generate(self, prompts: list | str, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
-        ids = self._submit(prompts, sampling_params)
+                 use_tqdm: bool = True, priority: list[int] | None = None) -> list[RequestOutput]:
+        ids = self._submit(prompts, sampling_params, priority)
         wanted = set(ids)
         results: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", disable=not use_tqdm, unit="req") as bar:

@@ -20,7 +20,8 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "finished_stopped"   # EOS, a stop token or a stop string
     FINISHED_LENGTH = "finished_length"     # max_tokens or max_model_len reached
     FINISHED_ABORTED = "finished_aborted"
-    REJECTED = "rejected"                   # never ran; finish_reason says why
+    FINISHED_ERROR = "finished_error"       # failed alone (e.g. NaN logits); `reason` holds the error
+    REJECTED = "rejected"                   # never ran; `reason` says why
 
     @property
     def finished(self) -> bool:
@@ -28,7 +29,8 @@ class RequestStatus(enum.Enum):
 
 
 FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED_LENGTH: "length",
-                  RequestStatus.FINISHED_ABORTED: "abort", RequestStatus.REJECTED: "rejected"}
+                  RequestStatus.FINISHED_ABORTED: "abort", RequestStatus.FINISHED_ERROR: "error",
+                  RequestStatus.REJECTED: "rejected"}
 
 
 @dataclass
@@ -75,7 +77,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)
     text: str = ""
-    reject_reason: str | None = None
+    priority: int = 0              # lower is served first under scheduling_policy="priority"
+    reason: str | None = None      # why it was rejected, or the error it failed with
     num_computed_tokens: int = 0   # tokens whose K/V are in the cache
     detok_offsets: tuple[int, int] = (0, 0)   # (prefix, read) offsets of incremental detokenisation
 
@@ -107,11 +110,11 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics
-    reject_reason: str | None = None
+    reason: str | None = None   # why it was rejected, or the error it failed with
 
     @classmethod
     def of(cls, req: Request) -> "RequestOutput":
         return cls(req.request_id, req.prompt, req.prompt_token_ids,
                    [CompletionOutput(req.text, list(req.output_token_ids), req.finish_reason)],
-                   req.status.finished, req.metrics, req.reject_reason)
+                   req.status.finished, req.metrics, req.reason)
 

@@ -79,7 +79,7 @@ def test_a_prompt_larger_than_the_kv_pool_is_rejected_and_others_are_served():
     params = SamplingParams(temperature=0, max_tokens=5)
     outs = llm.generate(["ROMEO.\n", " ".join(["word"] * 80), "JULIET.\n"], params, use_tqdm=False)
     assert [o.outputs[0].finish_reason for o in outs][1] == "rejected"
-    assert "whole pool has 4 (64 token slots)" in outs[1].reject_reason and "raise num_blocks" in outs[1].reject_reason
+    assert "whole pool has 4 (64 token slots)" in outs[1].reason and "raise num_blocks" in outs[1].reason
     assert all(len(outs[i].outputs[0].token_ids) > 0 for i in (0, 2))
 
 

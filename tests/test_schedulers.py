@@ -193,7 +193,7 @@ def test_unchunked_long_prompt_is_rejected_with_the_fix_named(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, max_num_batched_tokens=16)
     engine.add_request(list(range(5, 45)), SamplingParams(max_tokens=2), "long")
     (out,) = engine.step()
-    assert out.outputs[0].finish_reason == "rejected" and "enable_chunked_prefill=True" in out.reject_reason
+    assert out.outputs[0].finish_reason == "rejected" and "enable_chunked_prefill=True" in out.reason
 
 
 @pytest.mark.parametrize("priority", ["decode_first", "prefill_first"])
@@ -211,3 +211,89 @@ def test_schedule_priority_decides_who_gets_the_budget(tiny_checkpoint, priority
     else:
         assert (step.tokens["new"], step.decode_tokens) == (10, 0)   # the prompt first; decoders stall a step
     run_checked(engine)
+
+
+# --- policies and admission control ------------------------------------------------------------------
+
+def test_priority_policy_serves_urgent_requests_first_and_preempts_for_them(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=2, scheduling_policy="priority")
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine.add_request([1, 2], params, "low-a", priority=5)
+    engine.add_request([3, 4], params, "low-b", priority=5)
+    engine.step()                                               # both low-priority requests running
+    engine.add_request([5, 6], params, "urgent", priority=0)
+    engine.add_request([7, 8], params, "middle", priority=3)
+    engine.step()
+    step = engine.trace.steps[-1]
+    assert step.preempted == ["low-b"] and step.admitted == []   # evict the latest low one; admit next step
+    engine.step()
+    assert engine.trace.steps[-1].admitted == ["urgent"]
+    run_checked(engine)
+    order = [r for s in engine.trace.steps for r in s.finished]
+    assert order.index("urgent") < order.index("middle") < order.index("low-b")
+    solo = make_engine(tiny_checkpoint)
+    solo.add_request([3, 4], params)
+    run_checked(solo)
+    assert engine.requests["low-b"].output_token_ids == solo.requests["0"].output_token_ids  # recompute is exact
+
+
+def test_fcfs_preempts_the_latest_arrival(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=3, num_blocks=6)
+    for i, t in enumerate([0.0, 2.0, 1.0]):                     # admitted in order 0, 1, 2; "1" arrived last
+        engine.add_request([1 + i, 2, 3], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                           str(i), arrival_time=t)
+    run_checked(engine)
+    first = next(s.preempted for s in engine.trace.steps if s.preempted)
+    assert first == ["1"]
+
+
+def test_max_waiting_rejects_at_once_and_serves_the_rest(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=1, max_waiting=2)
+    for i in range(5):
+        engine.add_request([1 + i], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    outputs = run_checked(engine)
+    final = {o.request_id: o for o in outputs if o.finished}
+    assert [final[str(i)].outputs[0].finish_reason for i in range(5)] == ["length"] * 2 + ["rejected"] * 3
+    assert "max_waiting=2" in final["4"].reason
+
+
+def test_max_queue_delay_rejects_requests_that_waited_too_long(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=1, max_queue_delay_s=0.05, simulate=True)
+    for i in range(4):
+        engine.add_request([1 + i], SamplingParams(max_tokens=40, ignore_eos=True), arrival_time=0.0)
+    outputs = run_checked(engine)
+    reasons = {o.request_id: o.outputs[0].finish_reason for o in outputs if o.finished}
+    assert reasons["0"] == "length" and "rejected" in reasons.values()
+    rejected = [engine.requests[r] for r, why in reasons.items() if why == "rejected"]
+    assert all("max_queue_delay_s=0.05" in r.reason and r.metrics.scheduled_time is None for r in rejected)
+
+
+def test_nan_logits_fail_one_request_and_the_others_finish(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=4)
+    execute = engine.runner.execute
+
+    def poisoned(batch):
+        logits = execute(batch).clone()
+        rows = [i for i, pos in enumerate(batch.positions[batch.logits_indices].tolist()) if pos == 4]
+        logits[rows] = float("nan")   # only "bad" ever feeds a token at position 4 (good's prompt is longer)
+        return logits
+
+    engine.runner.execute = poisoned
+    engine.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), "bad")
+    engine.add_request([1, 2, 3, 4, 5, 6], SamplingParams(temperature=0.7, max_tokens=5, ignore_eos=True), "good")
+    outputs = run_checked(engine)
+    final = {o.request_id: o for o in outputs if o.finished}
+    assert final["bad"].outputs[0].finish_reason == "error" and "NaN" in final["bad"].reason
+    assert final["good"].outputs[0].finish_reason == "length" and len(final["good"].outputs[0].token_ids) == 5
+
+
+def test_policy_and_admission_config_errors(tiny_checkpoint):
+    with pytest.raises(ValueError, match="scheduling_policy='lifo' is unknown"):
+        make_engine(tiny_checkpoint, scheduling_policy="lifo")
+    with pytest.raises(ValueError, match="need batching='continuous'"):
+        make_engine(tiny_checkpoint, batching="static", scheduling_policy="priority")
+    with pytest.raises(ValueError, match="max_queue_delay_s=0 is invalid"):
+        make_engine(tiny_checkpoint, max_queue_delay_s=0)
+    engine = make_engine(tiny_checkpoint)
+    with pytest.raises(ValueError, match="priority='high' is invalid"):
+        engine.add_request([1], priority="high")

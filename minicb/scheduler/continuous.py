@@ -7,6 +7,7 @@ forces the batch's members to be in the same phase.
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 from minicb.block_manager import BlockManager
@@ -19,8 +20,9 @@ class ContinuousScheduler:
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  enable_chunked_prefill: bool = False, long_prefill_token_threshold: int = 0,
-                 prefill_first: bool = False):
+                 prefill_first: bool = False, policy: str = "fcfs"):
         self.blocks = block_manager
+        self.policy = policy
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.chunked, self.prefill_cap = enable_chunked_prefill, long_prefill_token_threshold
         self.prefill_first = prefill_first
@@ -33,7 +35,18 @@ class ContinuousScheduler:
         return 0
 
     def add(self, request: Request) -> None:
-        self.waiting.append(request)
+        if self.policy == "priority":   # the queue stays sorted: lower priority value first, then arrival
+            bisect.insort(self.waiting, request, key=self._rank)
+        else:
+            self.waiting.append(request)
+
+    @staticmethod
+    def _rank(req: Request) -> tuple[int, float]:
+        return req.priority, req.metrics.arrival_time
+
+    def _victim(self) -> Request:
+        """The lowest priority (largest value) running request, the latest arrival among equals."""
+        return max(self.running, key=self._rank)
 
     def abort(self, request: Request) -> None:
         if request in self.running:
@@ -88,7 +101,7 @@ class ContinuousScheduler:
         for req in candidates:
             n = self._chunk_size(req, step_is_empty=not out.chunks) if req in self.running else 0
             while n and req in self.running and not self.blocks.can_append(req.request_id, n):
-                self._preempt(self.running[-1], out)   # the latest arrival gives its blocks back
+                self._preempt(self._victim(), out)
             if n and req in self.running:
                 self.blocks.append_slots(req.request_id, n)
                 out.chunks.append(ScheduledChunk(req, n, prefill=self._uncomputed(req) > 1))
@@ -97,10 +110,17 @@ class ContinuousScheduler:
     def _admit(self, out: SchedulerOutput, keep_free: int) -> None:
         """Admit waiting requests, oldest first, while seats, tokens and blocks allow; keep_free
         blocks stay for the running decodes that prefill_first schedules after admission."""
-        while self.waiting and not out.preempted and len(self.running) < self.max_num_seqs:
+        while self.waiting and not out.preempted:
             req = self.waiting[0]
             n = self._chunk_size(req, step_is_empty=not out.chunks)
-            if n == 0 or self.blocks.blocks_to_reserve(n, 0) > len(self.blocks.free_blocks) - keep_free:
+            if n == 0:
+                break
+            no_seat = len(self.running) >= self.max_num_seqs
+            if no_seat or self.blocks.blocks_to_reserve(n, 0) > len(self.blocks.free_blocks) - keep_free:
+                # Under the priority policy a more urgent request evicts a less urgent one; it is
+                # admitted next step (never in a step that preempted).
+                if self.policy == "priority" and self.running and self._victim().priority > req.priority:
+                    self._preempt(self._victim(), out)
                 break
             self.waiting.popleft()
             self.blocks.allocate(req.request_id, n)
@@ -117,7 +137,10 @@ class ContinuousScheduler:
         self.blocks.free(victim.request_id)
         victim.num_computed_tokens = 0
         victim.status = RequestStatus.WAITING
-        self.waiting.appendleft(victim)
+        if self.policy == "priority":
+            bisect.insort(self.waiting, victim, key=self._rank)
+        else:
+            self.waiting.appendleft(victim)
         self._budget += sum(c.num_new_tokens for c in out.chunks if c.request is victim)
         out.chunks = [c for c in out.chunks if c.request is not victim]
         out.preempted.append(victim)

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab test demo
+.PHONY: lab test demo soak
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -23,3 +23,7 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m minicb demo --max-tokens 120
+
+# The deep reliability run: 10,000 random schedules (5,000 simulated, 5,000 on a real network).
+soak: $(STAMP)
+	$(PY) -m pytest tests/test_reliability.py --hypothesis-profile=soak -q

@@ -194,6 +194,13 @@ class LLMEngine:
             chunk.request.num_computed_tokens += chunk.num_new_tokens
             if chunk.request.metrics.scheduled_time is None:
                 chunk.request.metrics.scheduled_time = start
+        for req in out.preempted:
+            req.metrics.num_preemptions += 1
+            req.metrics.last_preempted_at = start
+        for req in out.admitted:
+            if req.metrics.last_preempted_at is not None:
+                req.metrics.preempted_time += start - req.metrics.last_preempted_at
+                req.metrics.last_preempted_at = None
         for req, token in zip(sampled, tokens):
             self._append_token(req, token, end)
         returned = self.scheduler.update(out)

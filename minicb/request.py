@@ -1,8 +1,9 @@
 """Requests: what a user asked for, where it is in its life, and what it got back.
 
 A request's life: WAITING (queued, nothing computed) -> RUNNING (has KV blocks, is prefilled or
-decoding) -> one of the finished states. REJECTED requests never ran: the engine could not serve
-them and says why. (Preemption adds PREEMPTED and SWAPPED between RUNNING and RUNNING.)
+decoding) -> one of the finished states. A running request can be PREEMPTED when KV blocks run
+out: its blocks are freed and it waits to recompute them, then runs again. REJECTED requests
+never ran: the engine could not serve them and says why.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from minicb.sampling import SamplingParams
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
+    PREEMPTED = "preempted"                 # lost its KV blocks; queued to recompute them
     FINISHED_STOPPED = "finished_stopped"   # EOS, a stop token or a stop string
     FINISHED_LENGTH = "finished_length"     # max_tokens or max_model_len reached
     FINISHED_ABORTED = "finished_aborted"
@@ -25,7 +27,7 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self not in (RequestStatus.WAITING, RequestStatus.RUNNING)
+        return self not in (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED)
 
 
 FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED_LENGTH: "length",
@@ -41,6 +43,9 @@ class RequestMetrics:
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     finished_time: float | None = None       # when the result went back to the user
+    num_preemptions: int = 0
+    preempted_time: float = 0.0              # time spent evicted, from each preemption to re-admission
+    last_preempted_at: float | None = None
 
     @property
     def queue_time(self) -> float | None:

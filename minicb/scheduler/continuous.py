@@ -65,10 +65,10 @@ class ContinuousScheduler:
         out = SchedulerOutput()
         self._budget = self.max_num_batched_tokens
         if self.prefill_first:
+            decoders = [r for r in self.running if self._uncomputed(r) == 1]   # before admission adds more
             self._schedule_running(out, [r for r in self.running if self._uncomputed(r) > 1])
-            self._admit(out, keep_free=sum(self.blocks.new_blocks_needed(r.request_id) for r in self.running
-                                           if self._uncomputed(r) == 1))
-            self._schedule_running(out, [r for r in self.running if self._uncomputed(r) == 1])
+            self._admit(out, keep_free=sum(self.blocks.new_blocks_needed(r.request_id) for r in decoders))
+            self._schedule_running(out, decoders)
         else:
             self._schedule_running(out, list(self.running))
             self._admit(out, keep_free=0)
@@ -136,7 +136,7 @@ class ContinuousScheduler:
         self.running.remove(victim)
         self.blocks.free(victim.request_id)
         victim.num_computed_tokens = 0
-        victim.status = RequestStatus.WAITING
+        victim.status = RequestStatus.PREEMPTED
         if self.policy == "priority":
             bisect.insort(self.waiting, victim, key=self._rank)
         else:

@@ -75,6 +75,7 @@ class LLMEngine:
         self.trace = Trace(num_seats=c.max_num_seqs)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
+        self._unrecorded_preemptions: list[str] = []      # kept for the next StepRecord if a step runs nothing
         self._next_id = 0
         self.clock = self.runner.clock
 
@@ -176,7 +177,12 @@ class LLMEngine:
         outputs, self._pending_outputs = self._pending_outputs, []
         start = self.clock()
         out = self.scheduler.schedule()
-        if out.is_empty:
+        for req in out.preempted:
+            req.metrics.num_preemptions += 1
+            req.metrics.last_preempted_at = start
+            self.trace.release(req.request_id)
+            self._unrecorded_preemptions.append(req.request_id)
+        if out.is_empty:   # e.g. a priority preemption emptied the step: the next step admits
             return outputs
         batch = FlatBatch.from_scheduler_output(out, self.block_manager.tables, self.config.block_size,
                                                   self.runner.device)
@@ -194,9 +200,6 @@ class LLMEngine:
             chunk.request.num_computed_tokens += chunk.num_new_tokens
             if chunk.request.metrics.scheduled_time is None:
                 chunk.request.metrics.scheduled_time = start
-        for req in out.preempted:
-            req.metrics.num_preemptions += 1
-            req.metrics.last_preempted_at = start
         for req in out.admitted:
             if req.metrics.last_preempted_at is not None:
                 req.metrics.preempted_time += start - req.metrics.last_preempted_at
@@ -242,8 +245,6 @@ class LLMEngine:
     def _record(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
                 context_tokens: int) -> None:
         slots: list[tuple[str | None, str]] = [(None, EMPTY)] * self.trace.num_seats
-        for req in out.preempted:
-            self.trace.release(req.request_id)
         for chunk in out.chunks:
             phase = PREFILL if chunk.prefill else DECODE
             slots[self.trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
@@ -260,8 +261,9 @@ class LLMEngine:
             blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
             token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
             admitted=[r.request_id for r in out.admitted],
-            finished=[r.request_id for r in returned], preempted=[r.request_id for r in out.preempted],
+            finished=[r.request_id for r in returned], preempted=self._unrecorded_preemptions,
             waiting=len(self.scheduler.waiting)))
+        self._unrecorded_preemptions = []
 
 
 class LLM:

@@ -310,3 +310,15 @@ def test_prefill_first_never_schedules_a_new_request_twice_in_one_step(tiny_chec
     engine.add_request([7], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
     run_checked(engine)
     assert len(engine.requests["0"].output_token_ids) == 1 and engine.trace.steps[0].num_tokens == 1
+
+
+def test_a_step_emptied_by_a_priority_preemption_still_frees_the_seat(tiny_checkpoint):
+    """Found by the reliability suite: with one seat, an urgent request evicts the running one; that
+    step runs nothing, and the evicted request's seat and its preemption must still be recorded."""
+    engine = make_engine(tiny_checkpoint, max_num_seqs=1, scheduling_policy="priority")
+    engine.add_request([1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), "low", priority=1)
+    engine.step()
+    engine.add_request([1], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), "urgent", priority=0)
+    run_checked(engine)
+    assert engine.trace.steps[1].admitted == ["urgent"] and engine.trace.steps[1].preempted == ["low"]
+    assert engine.requests["low"].metrics.num_preemptions == 1

@@ -8,6 +8,9 @@ block table[i // block_size]. Two ways to hand out blocks, which lesson 04 compa
   before paging. Simple, and most of it sits empty for most of the sequence's life.
 - "paged": give a sequence blocks for the tokens it has, and one more block only when its last
   block fills. Memory follows real tokens, so more sequences fit.
+
+A second, smaller pool in CPU memory takes the blocks of sequences that are swapped out under
+memory pressure (lesson 06); swap_out/swap_in return the (from, to) block pairs the runner copies.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ class BlockUsage:
     owned_blocks: int       # held by some sequence
     reserved_slots: int     # every slot in owned blocks
     token_slots: int        # slots holding a real token's K/V
+    swapped_blocks: int = 0  # blocks of swapped-out sequences, in the CPU pool
 
     @property
     def empty_reserved_slots(self) -> int:
@@ -35,7 +39,7 @@ class NoFreeBlocks(RuntimeError):
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, num_swap_blocks: int = 0):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -46,6 +50,9 @@ class BlockManager:
         self.ref_counts = [0] * num_blocks
         self.tables: dict[str, list[int]] = {}
         self.num_tokens: dict[str, int] = {}   # tokens each sequence has K/V slots for
+        self.num_swap_blocks = num_swap_blocks
+        self.free_swap_blocks: deque[int] = deque(range(num_swap_blocks))
+        self.swapped: dict[str, list[int]] = {}   # swapped-out sequence -> its CPU blocks, in order
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -82,17 +89,56 @@ class BlockManager:
         self.num_tokens[seq_id] += num_new_tokens
         return self.tables[seq_id]
 
+    def truncate(self, seq_id: str, num_tokens: int) -> None:
+        """Shrink a sequence back to num_tokens slots (a victim gives back the slots of this step)."""
+        self.num_tokens[seq_id] = num_tokens
+        table = self.tables[seq_id]
+        while len(table) > max(1, self.blocks_for(num_tokens)):
+            self._release(table.pop())
+
+    def can_swap_out(self, seq_id: str) -> bool:
+        return len(self.tables[seq_id]) <= len(self.free_swap_blocks)
+
+    def swap_out(self, seq_id: str) -> list[tuple[int, int]]:
+        """Move a sequence's blocks to the CPU pool: -> (device block, CPU block) pairs to copy."""
+        if not self.can_swap_out(seq_id):
+            raise NoFreeBlocks(f"{seq_id!r} needs {len(self.tables[seq_id])} swap blocks, "
+                               f"{len(self.free_swap_blocks)} free")
+        table = self.tables.pop(seq_id)
+        cpu = [self.free_swap_blocks.popleft() for _ in table]
+        for block in table:
+            self._release(block)
+        self.swapped[seq_id] = cpu
+        return list(zip(table, cpu))
+
+    def can_swap_in(self, seq_id: str, keep_free: int = 0) -> bool:
+        return len(self.swapped[seq_id]) + keep_free <= len(self.free_blocks)
+
+    def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
+        """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""
+        cpu = self.swapped.pop(seq_id)
+        if len(cpu) > len(self.free_blocks):
+            self.swapped[seq_id] = cpu
+            raise NoFreeBlocks(f"{seq_id!r} needs {len(cpu)} blocks to swap in, {len(self.free_blocks)} free")
+        self.tables[seq_id] = [self._take() for _ in cpu]
+        self.free_swap_blocks.extend(cpu)
+        return list(zip(cpu, self.tables[seq_id]))
+
     def free(self, seq_id: str) -> None:
+        """Give back everything the sequence holds, on the device or in the swap pool."""
+        if seq_id in self.swapped:
+            self.free_swap_blocks.extend(self.swapped.pop(seq_id))
+            del self.num_tokens[seq_id]
+            return
         for block in self.tables.pop(seq_id):
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                self.free_blocks.append(block)
+            self._release(block)
         del self.num_tokens[seq_id]
 
     def usage(self) -> BlockUsage:
         owned = self.num_blocks - len(self.free_blocks)
-        return BlockUsage(self.num_blocks, len(self.free_blocks), owned, owned * self.block_size,
-                          sum(self.num_tokens.values()))
+        on_device = sum(n for seq_id, n in self.num_tokens.items() if seq_id in self.tables)
+        return BlockUsage(self.num_blocks, len(self.free_blocks), owned, owned * self.block_size, on_device,
+                          self.num_swap_blocks - len(self.free_swap_blocks))
 
     def check_invariants(self) -> None:
         """No block owned twice or both owned and free; owned + free is the whole pool; every
@@ -110,10 +156,22 @@ class BlockManager:
         assert all(self.ref_counts[b] == 0 for b in free), "a free block has a non-zero ref count"
         for seq_id, table in self.tables.items():
             assert len(table) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r}'s table is too short"
+        swapped = [b for blocks in self.swapped.values() for b in blocks]
+        swap_free = list(self.free_swap_blocks)
+        assert len(set(swapped + swap_free)) == len(swapped) + len(swap_free) == self.num_swap_blocks, \
+            "swap blocks lost or held twice"
+        assert not self.swapped.keys() & self.tables.keys(), "a sequence is both on the device and swapped"
+        for seq_id, blocks in self.swapped.items():
+            assert len(blocks) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
 
     def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
         """Blocks the sequence must add to hold num_new_tokens more tokens."""
         return max(0, self.blocks_for(self.num_tokens[seq_id] + num_new_tokens) - len(self.tables[seq_id]))
+
+    def _release(self, block: int) -> None:
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 0:
+            self.free_blocks.append(block)
 
     def _take(self) -> int:
         block = self.free_blocks.popleft()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minicb.scheduler.policy import PREEMPTION_MODES, PreemptionCost
 from minicb.simulator import StepCost
 
 
@@ -30,6 +31,11 @@ class EngineConfig:
     max_waiting: int | None = None      # queue length beyond which new requests are REJECTED at once
     max_queue_delay_s: float | None = None  # a request still unscheduled after this long is REJECTED
 
+    # Preemption when KV blocks run out: lesson 06.
+    preemption_mode: str = "recompute"  # drop KV and prefill again; "swap": copy KV to CPU and back; "auto": cheaper
+    swap_space_mb: float = 64.0         # the CPU swap pool for "swap"/"auto"; when full, recompute instead
+    preemption_cost: PreemptionCost | None = None  # "auto"'s cost model; None: measured on this device at start
+
     # The KV cache: lesson 04.
     block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table entries
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
@@ -44,7 +50,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
                    "attn_backend": ("torch", "torch-loop"), "schedule_priority": ("decode_first", "prefill_first"),
-                   "scheduling_policy": ("fcfs", "priority")}
+                   "scheduling_policy": ("fcfs", "priority"), "preemption_mode": PREEMPTION_MODES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -64,9 +70,12 @@ class EngineConfig:
         if self.max_queue_delay_s is not None and not self.max_queue_delay_s > 0:
             raise ValueError(f"EngineConfig.max_queue_delay_s={self.max_queue_delay_s!r} is invalid: "
                              "use a number of seconds > 0 or None")
-        if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"):
-            raise ValueError(f"chunked prefill and the priority policy need batching='continuous', not "
+        if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
+                                              or self.preemption_mode != "recompute"):
+            raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "
                              f"{self.batching!r}: a static batch runs whole prompts, first come first served")
+        if self.swap_space_mb < 0:
+            raise ValueError(f"EngineConfig.swap_space_mb={self.swap_space_mb!r} is invalid: use a number >= 0")
         if self.kv_cache_memory_mb <= 0:
             raise ValueError(f"EngineConfig.kv_cache_memory_mb={self.kv_cache_memory_mb!r} is invalid: "
                              "use a number > 0")

@@ -27,14 +27,21 @@ from minicb.runner import ModelRunner, resolve_device, resolve_dtype
 from minicb.sampling import SamplingParams, find_stop, make_generator, sample
 from minicb.scheduler import SchedulerOutput
 from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.scheduler.policy import PreemptionCost, measure_preemption_cost
 from minicb.scheduler.static import StaticScheduler
-from minicb.simulator import SimulatedRunner
+from minicb.simulator import SimulatedRunner, StepCost
 from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
 
 
 def check_priority(priority: int) -> None:
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ValueError(f"priority={priority!r} is invalid: use an integer (lower is served first)")
+
+
+def simulated_preemption_cost(config: EngineConfig) -> PreemptionCost:
+    """The simulator's own prices: a re-prefill is a step over the context, a swap a copy each way."""
+    step = config.step_cost or StepCost()
+    return PreemptionCost(step.fixed, step.per_token, step.per_context_token, 0.0, 2 * step.per_swapped_token)
 
 
 def kv_bytes_per_block(model_path: str, block_size: int, dtype: torch.dtype) -> int:
@@ -47,13 +54,15 @@ class LLMEngine:
         self.config = c = config or EngineConfig(**overrides)
         device = resolve_device(c.device)
         dtype = resolve_dtype(c.dtype, device)
-        num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 //
-                                                 kv_bytes_per_block(resolve_model_path(c.model), c.block_size, dtype)))
+        block_bytes = kv_bytes_per_block(resolve_model_path(c.model), c.block_size, dtype)
+        num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 // block_bytes))
+        num_swap_blocks = 0 if c.preemption_mode == "recompute" else int(c.swap_space_mb * 2**20 // block_bytes)
         if c.simulate:
-            self.runner = SimulatedRunner(c.model, c.step_cost, num_blocks, c.block_size)
+            self.runner = SimulatedRunner(c.model, c.step_cost, num_blocks, c.block_size, num_swap_blocks)
         else:
             self.runner = ModelRunner(c.model, device=device, dtype=dtype, num_blocks=num_blocks,
-                                      block_size=c.block_size, attn_backend=c.attn_backend)
+                                      block_size=c.block_size, attn_backend=c.attn_backend,
+                                      num_swap_blocks=num_swap_blocks)
         self.tokenizer = self.runner.tokenizer
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         self.detokenize = self.tokenizer is not None and not c.simulate
@@ -63,12 +72,17 @@ class LLMEngine:
         self.max_model_len = c.max_model_len or model_limit
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
         self.max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
-        self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len)
+        self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
+                                          num_swap_blocks)
+        cost = c.preemption_cost
+        if c.preemption_mode == "auto" and cost is None:
+            cost = measure_preemption_cost(self.runner) if not c.simulate else simulated_preemption_cost(c)
         if c.batching == "continuous":
             self.scheduler = ContinuousScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                                  c.enable_chunked_prefill, c.long_prefill_token_threshold,
                                                  prefill_first=c.schedule_priority == "prefill_first",
-                                                 policy=c.scheduling_policy)
+                                                 policy=c.scheduling_policy, preemption_mode=c.preemption_mode,
+                                                 preemption_cost=cost)
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")
@@ -76,6 +90,7 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
         self._unrecorded_preemptions: list[str] = []      # kept for the next StepRecord if a step runs nothing
+        self._unrecorded_swaps: list[str] = []
         self._next_id = 0
         self.clock = self.runner.clock
 
@@ -177,11 +192,14 @@ class LLMEngine:
         outputs, self._pending_outputs = self._pending_outputs, []
         start = self.clock()
         out = self.scheduler.schedule()
+        self.runner.swap_out(out.swap_out)   # before the freed blocks are reused by this step
+        self.runner.swap_in(out.swap_in)
         for req in out.preempted:
             req.metrics.num_preemptions += 1
             req.metrics.last_preempted_at = start
             self.trace.release(req.request_id)
             self._unrecorded_preemptions.append(req.request_id)
+        self._unrecorded_swaps += [r.request_id for r in out.swapped_out]
         if out.is_empty:   # e.g. a priority preemption emptied the step: the next step admits
             return outputs
         batch = FlatBatch.from_scheduler_output(out, self.block_manager.tables, self.config.block_size,
@@ -200,7 +218,7 @@ class LLMEngine:
             chunk.request.num_computed_tokens += chunk.num_new_tokens
             if chunk.request.metrics.scheduled_time is None:
                 chunk.request.metrics.scheduled_time = start
-        for req in out.admitted:
+        for req in out.admitted + out.swapped_in:
             if req.metrics.last_preempted_at is not None:
                 req.metrics.preempted_time += start - req.metrics.last_preempted_at
                 req.metrics.last_preempted_at = None
@@ -262,8 +280,9 @@ class LLMEngine:
             token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
             admitted=[r.request_id for r in out.admitted],
             finished=[r.request_id for r in returned], preempted=self._unrecorded_preemptions,
+            swapped_out=self._unrecorded_swaps, swapped_in=[r.request_id for r in out.swapped_in],
             waiting=len(self.scheduler.waiting)))
-        self._unrecorded_preemptions = []
+        self._unrecorded_preemptions, self._unrecorded_swaps = [], []
 
 
 class LLM:

@@ -2,7 +2,8 @@
 
 A request's life: WAITING (queued, nothing computed) -> RUNNING (has KV blocks, is prefilled or
 decoding) -> one of the finished states. A running request can be PREEMPTED when KV blocks run
-out: its blocks are freed and it waits to recompute them, then runs again. REJECTED requests
+out: its blocks are freed and it waits to recompute them, or it is SWAPPED, its blocks copied to
+CPU memory until there is room to copy them back; then it runs again. REJECTED requests
 never ran: the engine could not serve them and says why.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPTED = "preempted"                 # lost its KV blocks; queued to recompute them
+    SWAPPED = "swapped"                     # its KV blocks wait in the CPU swap pool
     FINISHED_STOPPED = "finished_stopped"   # EOS, a stop token or a stop string
     FINISHED_LENGTH = "finished_length"     # max_tokens or max_model_len reached
     FINISHED_ABORTED = "finished_aborted"
@@ -27,7 +29,8 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self not in (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED)
+        return self not in (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
+                            RequestStatus.SWAPPED)
 
 
 FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED_LENGTH: "length",

@@ -51,7 +51,7 @@ def load_tokenizer(folder: Path):
 class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
-                 attn_backend: str = "torch"):
+                 attn_backend: str = "torch", num_swap_blocks: int = 0):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
         if attn_backend not in BACKENDS:
@@ -66,6 +66,21 @@ class ModelRunner:
         c = self.config
         self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim,
                                     device=self.device, dtype=self.dtype)  # (L, K|V, blocks, bs, n_kv, hd)
+        self.num_swap_blocks = num_swap_blocks
+        self.swap_cache = torch.zeros(c.num_layers, 2, num_swap_blocks, block_size, c.num_kv_heads, c.head_dim,
+                                      dtype=self.dtype, pin_memory=self.device.type == "cuda")  # CPU swap pool
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy (device block, CPU block) pairs of every layer's K and V to the swap pool."""
+        if pairs:
+            src, dst = (torch.tensor(x) for x in zip(*pairs))
+            self.swap_cache[:, :, dst] = self.kv_cache[:, :, src.to(self.device)].cpu()
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy (CPU block, device block) pairs back from the swap pool."""
+        if pairs:
+            src, dst = (torch.tensor(x) for x in zip(*pairs))
+            self.kv_cache[:, :, dst.to(self.device)] = self.swap_cache[:, :, src].to(self.device)
 
     clock = staticmethod(time.perf_counter)
 

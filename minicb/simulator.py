@@ -19,6 +19,9 @@ from minicb.model.loader import resolve_model_path
 from minicb.runner import load_tokenizer
 
 
+SWAP_S_PER_TOKEN = 1.0e-7   # measured for Bard's KV on this CPU by measure_preemption_cost (see bench/)
+
+
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per step = fixed + per_token * tokens computed + per_context_token * context read.
@@ -32,6 +35,8 @@ class StepCost:
     fixed: float = 2.9e-3
     per_token: float = 2.7e-4
     per_context_token: float = 1.4e-6
+    per_swapped_token: float = SWAP_S_PER_TOKEN   # one direction of a swap, per token of KV
+
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
         return self.fixed + self.per_token * num_tokens + self.per_context_token * context_tokens
@@ -49,13 +54,13 @@ class SimulatedRunner:
     """A ModelRunner look-alike: same inputs, a cost model for time, a stand-in for tokens."""
 
     def __init__(self, model: str | Path | None = None, cost: StepCost | None = None, num_blocks: int = 512,
-                 block_size: int = 16):
+                 block_size: int = 16, num_swap_blocks: int = 0):
         self.model_path = resolve_model_path(model)
         self.config = read_model_config(self.model_path)   # shapes and limits only; no weights load
         self.tokenizer = load_tokenizer(self.model_path)  # prompts are encoded; outputs stay token ids
         self.device = torch.device("cpu")
         self.cost = cost or StepCost()
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
         self.now = 0.0
         eos = list(self.config.eos_token_ids)
         self._allowed = torch.tensor([t for t in range(self.config.vocab_size) if t not in eos])
@@ -66,6 +71,11 @@ class SimulatedRunner:
     def advance_to(self, t: float) -> None:
         """Idle until t (the next arrival): simulated time does not pass by itself."""
         self.now = max(self.now, t)
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        self.now += len(pairs) * self.block_size * self.cost.per_swapped_token
+
+    swap_in = swap_out   # a copy costs the same either way
 
     def execute(self, batch: FlatBatch) -> torch.Tensor:
         """One-hot 'logits' for a stand-in next token, a function of the last token and its position,

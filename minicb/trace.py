@@ -32,7 +32,9 @@ class StepRecord:
     tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens it computed this step
     admitted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)   # results returned to users this step
-    preempted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)   # by recompute or by swap
+    swapped_out: list[str] = field(default_factory=list)
+    swapped_in: list[str] = field(default_factory=list)
     waiting: int = 0
 
     @property

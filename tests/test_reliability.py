@@ -1,8 +1,9 @@
 """Property-based reliability: random workloads against random engine configs, checked every step.
 
 Workloads: arrival steps, prompt and output lengths, priorities, aborts at random steps. Configs:
-tiny KV pools, block sizes 1/4/16, chunked prefill on or off, fcfs or priority, decode_first or
-prefill_first, 1 to 16 seats, small token budgets, a bounded queue. After every step the pool's
+tiny KV pools, block sizes 1/4/16, recompute, swap (with tiny swap pools, so it falls back) or
+auto preemption, chunked prefill on or off, fcfs or priority, decode_first or prefill_first,
+1 to 16 seats, small token budgets, a bounded queue. After every step the pool's
 invariants, one state per request, and the seat and token limits must hold. At the end nothing
 may be lost or stuck, every block must be free, and every request's tokens must be a prefix of its
 solo run (all of them, if it finished normally).
@@ -19,7 +20,10 @@ from conftest import RELIABILITY_COUNTS
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
+from minicb.scheduler.policy import PreemptionCost
 
+# auto: recompute below 20 tokens of context, swap above (a fixed model keeps examples fast).
+CROSSOVER_AT_20_TOKENS = PreemptionCost(0.0, 1.0, 0.0, 20.0, 0.0)
 FINISHED_NORMALLY = (RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_STOPPED)
 MAX_STEPS = 4000   # far beyond any drawn workload: reaching it means a request is stuck
 
@@ -36,7 +40,10 @@ def scenarios(draw):
         long_prefill_token_threshold=draw(st.sampled_from([0, 4, 16])) if chunked else 0,
         scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
         schedule_priority=draw(st.sampled_from(["decode_first", "prefill_first"])),
-        max_waiting=draw(st.none() | st.integers(0, 8)))
+        max_waiting=draw(st.none() | st.integers(0, 8)),
+        preemption_mode=draw(st.sampled_from(["recompute", "swap", "auto"])),
+        swap_space_mb=draw(st.sampled_from([0.0, 0.01, 0.05, 1.0])),
+        preemption_cost=CROSSOVER_AT_20_TOKENS)
     requests = draw(st.lists(st.fixed_dictionaries(dict(
         arrival_step=st.integers(0, 15), prompt=st.lists(st.integers(1, 300), min_size=1, max_size=40),
         max_tokens=st.integers(1, 30), priority=st.integers(0, 3),
@@ -49,11 +56,14 @@ def check_step(engine: LLMEngine) -> None:
     sched = engine.scheduler
     waiting = [r.request_id for r in sched.waiting]
     running = [r.request_id for r in sched.running]
+    swapped = [r.request_id for r in getattr(sched, "swapped", [])]
     finished = [r.request_id for r in engine.requests.values() if r.status.finished]
-    everyone = waiting + running + finished
+    everyone = waiting + running + swapped + finished
     assert len(everyone) == len(set(everyone)) == len(engine.requests), "a request is in two states, or none"
     assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
     assert all(r.status is RequestStatus.RUNNING for r in sched.running)
+    assert all(engine.requests[r].status is RequestStatus.SWAPPED for r in swapped)
+    assert set(swapped) == set(engine.block_manager.swapped), "swap pool and scheduler disagree"
     assert len(sched.running) <= engine.config.max_num_seqs
     if engine.trace.steps:
         step = engine.trace.steps[-1]

@@ -6,6 +6,7 @@ import pytest
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
+from minicb.scheduler.policy import PreemptionCost
 from minicb.trace import IDLE
 
 
@@ -322,3 +323,83 @@ def test_a_step_emptied_by_a_priority_preemption_still_frees_the_seat(tiny_check
     run_checked(engine)
     assert engine.trace.steps[1].admitted == ["urgent"] and engine.trace.steps[1].preempted == ["low"]
     assert engine.requests["low"].metrics.num_preemptions == 1
+
+
+# --- swap and auto preemption ---------------------------------------------------------------------
+
+def preempting_workload(engine, n=4):
+    for i in range(n):
+        engine.add_request([1 + i, 2, 3], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), str(i))
+
+
+def solo_tokens(tiny_checkpoint, i):
+    solo = make_engine(tiny_checkpoint)
+    solo.add_request([1 + i, 2, 3], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    run_checked(solo)
+    return solo.requests["0"].output_token_ids
+
+
+def test_swap_preemption_copies_kv_out_and_back_exactly(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=4, num_blocks=8, preemption_mode="swap", swap_space_mb=1)
+    preempting_workload(engine)
+    run_checked(engine)
+    steps = engine.trace.steps
+    out_at = {r: s.step for s in steps for r in s.swapped_out}
+    in_at = {r: s.step for s in steps for r in s.swapped_in}
+    assert out_at and set(out_at) == set(in_at) and all(in_at[r] > out_at[r] for r in out_at)
+    for i in range(4):   # the KV came back intact: every token equals the solo run
+        assert engine.requests[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
+    assert engine.block_manager.usage().swapped_blocks == 0
+
+
+def test_swapped_requests_come_back_before_new_admissions(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=4, num_blocks=8, preemption_mode="swap", swap_space_mb=1)
+    preempting_workload(engine)
+    for step in range(40):
+        engine.step()
+        if engine.scheduler.swapped:
+            break
+    engine.add_request([9, 9, 9], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), "late")
+    run_checked(engine)
+    swapped_back = max(s.step for s in engine.trace.steps if s.swapped_in)
+    late_admitted = next(s.step for s in engine.trace.steps if "late" in s.admitted)
+    assert late_admitted >= swapped_back
+
+
+def test_a_full_swap_pool_falls_back_to_recompute(tiny_checkpoint):
+    engine = make_engine(tiny_checkpoint, max_num_seqs=4, num_blocks=8, preemption_mode="swap", swap_space_mb=0)
+    preempting_workload(engine)
+    run_checked(engine)
+    assert any(s.preempted for s in engine.trace.steps) and not any(s.swapped_out for s in engine.trace.steps)
+    for i in range(4):
+        assert engine.requests[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
+
+
+@pytest.mark.parametrize("crossover,expect_swap", [(1, True), (10**6, False)])
+def test_auto_mode_follows_the_cost_model(tiny_checkpoint, crossover, expect_swap):
+    cost = PreemptionCost(0.0, 1.0, 0.0, float(crossover), 0.0)   # swap pays `crossover`, recompute 1 per token
+    engine = make_engine(tiny_checkpoint, max_num_seqs=4, num_blocks=8, preemption_mode="auto",
+                         swap_space_mb=1, preemption_cost=cost)
+    preempting_workload(engine)
+    run_checked(engine)
+    assert any(s.preempted for s in engine.trace.steps)
+    assert any(s.swapped_out for s in engine.trace.steps) == expect_swap
+
+
+def test_measured_preemption_cost_is_sane(tiny_checkpoint):
+    from minicb.scheduler.policy import measure_preemption_cost
+
+    engine = make_engine(tiny_checkpoint, num_blocks=64, preemption_mode="swap", swap_space_mb=1)
+    cost = measure_preemption_cost(engine.runner)
+    assert cost.recompute_s(512) > cost.recompute_s(16) > 0
+    assert cost.swap_s(512) >= cost.swap_s(16) > 0
+    assert 0 <= cost.crossover_tokens()
+
+
+def test_preemption_config_errors(tiny_checkpoint):
+    with pytest.raises(ValueError, match="preemption_mode='evict' is unknown"):
+        make_engine(tiny_checkpoint, preemption_mode="evict")
+    with pytest.raises(ValueError, match="swapping need batching='continuous'"):
+        make_engine(tiny_checkpoint, batching="static", preemption_mode="swap")
+    with pytest.raises(ValueError, match="num_blocks=0 is invalid"):
+        make_engine(tiny_checkpoint, num_blocks=0)

@@ -46,6 +46,10 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)     # started running this step
     preempted: list[Request] = field(default_factory=list)    # lost their KV blocks this step
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
+    swapped_out: list[Request] = field(default_factory=list)  # preempted by swapping (also in preempted)
+    swapped_in: list[Request] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, CPU block) copies to run first
+    swap_in: list[tuple[int, int]] = field(default_factory=list)   # (CPU block, device block) copies
 
     @property
     def num_tokens(self) -> int:

@@ -13,6 +13,7 @@ from collections import deque
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
 from minicb.scheduler import ScheduledChunk, SchedulerOutput
+from minicb.scheduler.policy import PreemptionCost, victim
 
 
 class ContinuousScheduler:
@@ -20,14 +21,17 @@ class ContinuousScheduler:
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  enable_chunked_prefill: bool = False, long_prefill_token_threshold: int = 0,
-                 prefill_first: bool = False, policy: str = "fcfs"):
+                 prefill_first: bool = False, policy: str = "fcfs", preemption_mode: str = "recompute",
+                 preemption_cost: PreemptionCost | None = None):
         self.blocks = block_manager
         self.policy = policy
+        self.preemption_mode, self.preemption_cost = preemption_mode, preemption_cost
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.chunked, self.prefill_cap = enable_chunked_prefill, long_prefill_token_threshold
         self.prefill_first = prefill_first
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()   # come back, oldest first, before any new admission
         self._budget = 0   # tokens left in the step being scheduled
 
     def reserve_tokens(self, request: Request) -> int:
@@ -45,18 +49,18 @@ class ContinuousScheduler:
         return req.priority, req.metrics.arrival_time
 
     def _victim(self) -> Request:
-        """The lowest priority (largest value) running request, the latest arrival among equals."""
-        return max(self.running, key=self._rank)
+        return victim(self.running)
 
     def abort(self, request: Request) -> None:
-        if request in self.running:
-            self.running.remove(request)
-            self.blocks.free(request.request_id)
-        elif request in self.waiting:
+        for queue in (self.running, self.swapped):
+            if request in queue:
+                queue.remove(request)
+                self.blocks.free(request.request_id)
+        if request in self.waiting:
             self.waiting.remove(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.swapped)
 
     def schedule(self) -> SchedulerOutput:
         """decode_first (default): running sequences take the token budget first, new requests get
@@ -67,12 +71,28 @@ class ContinuousScheduler:
         if self.prefill_first:
             decoders = [r for r in self.running if self._uncomputed(r) == 1]   # before admission adds more
             self._schedule_running(out, [r for r in self.running if self._uncomputed(r) > 1])
-            self._admit(out, keep_free=sum(self.blocks.new_blocks_needed(r.request_id) for r in decoders))
+            keep_free = sum(self.blocks.new_blocks_needed(r.request_id) for r in decoders if r in self.running)
+            self._swap_in(out, keep_free)
+            self._admit(out, keep_free)
             self._schedule_running(out, decoders)
         else:
             self._schedule_running(out, list(self.running))
+            self._swap_in(out, keep_free=0)
             self._admit(out, keep_free=0)
         return out
+
+    def _swap_in(self, out: SchedulerOutput, keep_free: int) -> None:
+        """Swapped sequences come back first, while seats and blocks allow, and run this step."""
+        while self.swapped and not out.preempted and len(self.running) < self.max_num_seqs:
+            req = self.swapped[0]
+            if not self.blocks.can_swap_in(req.request_id, keep_free + 1):   # + room for its next token
+                break
+            self.swapped.popleft()
+            out.swap_in += self.blocks.swap_in(req.request_id)
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.swapped_in.append(req)
+            self._schedule_running(out, [req])
 
     def update(self, out: SchedulerOutput) -> list[Request]:
         """Finished requests (the engine has set their status) leave now and free their blocks."""
@@ -110,7 +130,7 @@ class ContinuousScheduler:
     def _admit(self, out: SchedulerOutput, keep_free: int) -> None:
         """Admit waiting requests, oldest first, while seats, tokens and blocks allow; keep_free
         blocks stay for the running decodes that prefill_first schedules after admission."""
-        while self.waiting and not out.preempted:
+        while self.waiting and not out.preempted and not self.swapped:
             req = self.waiting[0]
             n = self._chunk_size(req, step_is_empty=not out.chunks)
             if n == 0:
@@ -130,17 +150,31 @@ class ContinuousScheduler:
             out.chunks.append(ScheduledChunk(req, n, prefill=True))
             self._budget -= n
 
-    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
-        """Recompute-style preemption: drop the victim's KV and queue it first, to re-prefill
-        its prompt and the tokens it already generated. Tokens it was given this step go back."""
-        self.running.remove(victim)
-        self.blocks.free(victim.request_id)
-        victim.num_computed_tokens = 0
-        victim.status = RequestStatus.PREEMPTED
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        """Take the victim's KV blocks back, by swapping or recomputing (see policy.py); tokens it
+        was given this step go back to the budget."""
+        self.running.remove(req)
+        self._budget += sum(c.num_new_tokens for c in out.chunks if c.request is req)
+        out.chunks = [c for c in out.chunks if c.request is not req]
+        out.preempted.append(req)
+        self.blocks.truncate(req.request_id, req.num_computed_tokens)
+        if self._should_swap(req):
+            out.swap_out += self.blocks.swap_out(req.request_id)
+            req.status = RequestStatus.SWAPPED
+            bisect.insort(self.swapped, req, key=self._rank)
+            out.swapped_out.append(req)
+            return
+        # Recompute: drop the KV and queue the request first, to prefill prompt + output again.
+        self.blocks.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
         if self.policy == "priority":
-            bisect.insort(self.waiting, victim, key=self._rank)
+            bisect.insort(self.waiting, req, key=self._rank)
         else:
-            self.waiting.appendleft(victim)
-        self._budget += sum(c.num_new_tokens for c in out.chunks if c.request is victim)
-        out.chunks = [c for c in out.chunks if c.request is not victim]
-        out.preempted.append(victim)
+            self.waiting.appendleft(req)
+
+    def _should_swap(self, req: Request) -> bool:
+        """Swap when the mode says so and the swap pool has room (else fall back to recompute)."""
+        if self.preemption_mode == "recompute" or not self.blocks.can_swap_out(req.request_id):
+            return False
+        return self.preemption_mode == "swap" or self.preemption_cost.prefer_swap(req.num_computed_tokens)

@@ -24,6 +24,6 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m minicb demo --max-tokens 120
 
-# The deep reliability run: 10,000 random schedules (5,000 simulated, 5,000 on a real network).
+# The deep reliability run: 10,500 random schedules (10,000 simulated, 500 on the real Bard model).
 soak: $(STAMP)
 	$(PY) -m pytest tests/test_reliability.py --hypothesis-profile=soak -q

@@ -127,7 +127,8 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
         req = Request(request_id, prompt if isinstance(prompt, str) else None, ids, params,
                       make_generator(seed, self.runner.device),
-                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
+                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority,
+                      arrival_index=len(self.requests))
         self.requests[request_id] = req
         reason = self._why_never_servable(req) or self._why_not_now()
         if reason:

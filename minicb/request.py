@@ -86,6 +86,7 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     text: str = ""
     priority: int = 0              # lower is served first under scheduling_policy="priority"
+    arrival_index: int = 0         # order of arrival at the engine: breaks ties of equal arrival times
     reason: str | None = None      # why it was rejected, or the error it failed with
     num_computed_tokens: int = 0   # tokens whose K/V are in the cache
     detok_offsets: tuple[int, int] = (0, 0)   # (prefix, read) offsets of incremental detokenisation

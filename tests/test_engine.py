@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import NEAR_TIE_GAP
+from conftest import NEAR_TIE_GAP, top2_gap
 from minicb.engine import LLM, LLMEngine
 from minicb.metrics import summarize
 from minicb.sampling import SamplingParams
@@ -33,15 +33,6 @@ def test_64_request_continuous_run_equals_solo_runs(bard_llm):
         assert gap < NEAR_TIE_GAP, f"request diverged at token {step} with top-2 gap {gap:.2e}: a bug"
         near_ties += 1
     assert near_ties <= 2, f"{near_ties} of 64 requests diverged at near-ties"
-
-
-def top2_gap(runner, token_ids: list[int]) -> float:
-    from minicb.batch import FlatBatch, SequenceChunk
-
-    blocks = list(range(-(-len(token_ids) // runner.block_size)))
-    logits = runner.execute(FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size))[0]
-    top = logits.topk(2).values
-    return float(top[0] - top[1])
 
 
 def test_streaming_returns_text_as_it_is_made(bard_llm):

@@ -8,15 +8,16 @@ invariants, one state per request, and the seat and token limits must hold. At t
 may be lost or stuck, every block must be free, and every request's tokens must be a prefix of its
 solo run (all of them, if it finished normally).
 
-The simulated clock with its deterministic stand-in model makes the large run cheap; a smaller
-run uses the real Bard network. `make test` runs the "fast" profile, `make soak` the "soak" one.
+The simulated clock with its deterministic stand-in model makes the large run cheap; a run 20
+times smaller uses the real Bard network. `make test` runs the "fast" profile (200 + 10 schedules),
+`make soak` the "soak" one (10,000 + 500).
 """
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import RELIABILITY_COUNTS
+from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, top2_gap
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
@@ -99,9 +100,18 @@ def run_scenario(model, simulate: bool, config: dict, requests: list[dict]) -> N
             while solo.has_unfinished_requests():
                 solo.step()
             alone = solo.requests["0"].output_token_ids
-            assert req.output_token_ids == alone[:len(req.output_token_ids)]
+            got = req.output_token_ids
+            diverged = next((k for k, (a, b) in enumerate(zip(got, alone)) if a != b), None)
+            if diverged is not None:
+                # Only the real network can differ, and only at a near-tie: a batch changes low float bits.
+                assert not simulate, "the deterministic stand-in must never diverge"
+                gap = top2_gap(solo.runner, r["prompt"] + alone[:diverged])
+                assert gap < NEAR_TIE_GAP, f"token {diverged} differs from the solo run, top-2 gap {gap:.2e}"
+                RELIABILITY_COUNTS["near_ties"] += 1
+                continue
+            assert got == alone[:len(got)]
             if req.status in FINISHED_NORMALLY and req.num_tokens < engine.max_seq_tokens:
-                assert req.output_token_ids == alone
+                assert got == alone
 
 
 @given(scenarios())
@@ -110,7 +120,7 @@ def test_random_schedules_in_simulation(tiny_checkpoint, scenario):
     run_scenario(str(folder), True, *scenario)
 
 
+@settings(max_examples=max(5, settings().max_examples // 20))   # the real network is ~20x slower
 @given(scenarios())
-def test_random_schedules_on_the_real_network(tiny_checkpoint, scenario):
-    folder, _ = tiny_checkpoint("llama")
-    run_scenario(str(folder), False, *scenario)
+def test_random_schedules_on_bard(scenario):
+    run_scenario(None, False, *scenario)

@@ -12,7 +12,8 @@ from minicb.trace import IDLE
 
 def make_engine(tiny_checkpoint, **config) -> LLMEngine:
     folder, _ = tiny_checkpoint("llama")
-    return LLMEngine(model=str(folder), device="cpu", num_blocks=config.pop("num_blocks", 128), block_size=4, **config)
+    return LLMEngine(model=str(folder), device="cpu", num_blocks=config.pop("num_blocks", 128),
+                     block_size=config.pop("block_size", 4), **config)
 
 
 def run_checked(engine: LLMEngine) -> list:
@@ -20,6 +21,7 @@ def run_checked(engine: LLMEngine) -> list:
     exactly one place: waiting, running, or finished."""
     outputs = []
     while engine.has_unfinished_requests():
+        assert len(engine.trace.steps) < 5000, "requests are stuck"
         outputs += engine.step()
         engine.block_manager.check_invariants()
         sched = engine.scheduler
@@ -403,3 +405,32 @@ def test_preemption_config_errors(tiny_checkpoint):
         make_engine(tiny_checkpoint, batching="static", preemption_mode="swap")
     with pytest.raises(ValueError, match="num_blocks=0 is invalid"):
         make_engine(tiny_checkpoint, num_blocks=0)
+
+
+def test_equal_requests_in_a_tight_pool_do_not_evict_each_other_forever(tiny_checkpoint):
+    """Found by the reliability suite: two requests with the same arrival time (common on the
+    simulated clock) took turns evicting each other. Ties now go by arrival order, so the older
+    one always progresses."""
+    engine = make_engine(tiny_checkpoint, block_size=1, num_blocks=41, max_num_seqs=2, simulate=True,
+                         enable_chunked_prefill=True, long_prefill_token_threshold=4, schedule_priority="prefill_first")
+    for name in "ab":   # 30 tokens each, 41 slots for both
+        engine.add_request(list(range(1, 12)), SamplingParams(max_tokens=19, ignore_eos=True), name, arrival_time=0.0)
+    run_checked(engine)
+    assert all(engine.requests[r].status is RequestStatus.FINISHED_LENGTH for r in "ab")
+
+
+def test_a_swapped_low_priority_request_does_not_thrash_with_an_urgent_waiting_one(tiny_checkpoint):
+    """Found by the reliability suite on Bard: a swapped low-priority request came back first, was
+    evicted again for the urgent waiting one, and so on forever. Now the urgent one goes first."""
+    engine = make_engine(tiny_checkpoint, block_size=1, num_blocks=8, max_num_seqs=11, max_num_batched_tokens=41,
+                         simulate=True, enable_chunked_prefill=True, scheduling_policy="priority",
+                         preemption_mode="swap", swap_space_mb=1.0)
+    arrivals = [(0, [1], 1, 0)] * 4 + [(7, [1] * 9, 14, 0), (14, [1, 1], 1, 0), (4, [1], 12, 0),
+                                       (8, [1] * 8, 6, 0), (10, [1], 7, 0), (7, [1] * 6, 9, 3)]
+    for step in range(15):
+        for at, prompt, max_tokens, priority in arrivals:
+            if at == step:
+                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), priority=priority)
+        engine.step()
+    run_checked(engine)
+    assert all(r.status.finished for r in engine.requests.values())

@@ -13,7 +13,7 @@ from collections import deque
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
 from minicb.scheduler import ScheduledChunk, SchedulerOutput
-from minicb.scheduler.policy import PreemptionCost, victim
+from minicb.scheduler.policy import PreemptionCost, rank, victim
 
 
 class ContinuousScheduler:
@@ -40,13 +40,9 @@ class ContinuousScheduler:
 
     def add(self, request: Request) -> None:
         if self.policy == "priority":   # the queue stays sorted: lower priority value first, then arrival
-            bisect.insort(self.waiting, request, key=self._rank)
+            bisect.insort(self.waiting, request, key=rank)
         else:
             self.waiting.append(request)
-
-    @staticmethod
-    def _rank(req: Request) -> tuple[int, float]:
-        return req.priority, req.metrics.arrival_time
 
     def _victim(self) -> Request:
         return victim(self.running)
@@ -85,8 +81,8 @@ class ContinuousScheduler:
         """Swapped sequences come back first, while seats and blocks allow, and run this step."""
         while self.swapped and not out.preempted and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            if not self.blocks.can_swap_in(req.request_id, keep_free + 1):   # + room for its next token
-                break
+            if self._waiting_goes_first(req) or not self.blocks.can_swap_in(req.request_id, keep_free + 1):
+                break   # (keep_free + 1: room for its next token too)
             self.swapped.popleft()
             out.swap_in += self.blocks.swap_in(req.request_id)
             req.status = RequestStatus.RUNNING
@@ -130,7 +126,7 @@ class ContinuousScheduler:
     def _admit(self, out: SchedulerOutput, keep_free: int) -> None:
         """Admit waiting requests, oldest first, while seats, tokens and blocks allow; keep_free
         blocks stay for the running decodes that prefill_first schedules after admission."""
-        while self.waiting and not out.preempted and not self.swapped:
+        while self.waiting and not out.preempted and (not self.swapped or self._waiting_goes_first(self.swapped[0])):
             req = self.waiting[0]
             n = self._chunk_size(req, step_is_empty=not out.chunks)
             if n == 0:
@@ -161,7 +157,7 @@ class ContinuousScheduler:
         if self._should_swap(req):
             out.swap_out += self.blocks.swap_out(req.request_id)
             req.status = RequestStatus.SWAPPED
-            bisect.insort(self.swapped, req, key=self._rank)
+            bisect.insort(self.swapped, req, key=rank)
             out.swapped_out.append(req)
             return
         # Recompute: drop the KV and queue the request first, to prefill prompt + output again.
@@ -169,9 +165,14 @@ class ContinuousScheduler:
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         if self.policy == "priority":
-            bisect.insort(self.waiting, req, key=self._rank)
+            bisect.insort(self.waiting, req, key=rank)
         else:
             self.waiting.appendleft(req)
+
+    def _waiting_goes_first(self, swapped: Request) -> bool:
+        """Swapped requests return before new ones, except that under the priority policy a more
+        urgent waiting request goes first (else the two could evict each other forever)."""
+        return self.policy == "priority" and bool(self.waiting) and rank(self.waiting[0]) < rank(swapped)
 
     def _should_swap(self, req: Request) -> bool:
         """Swap when the mode says so and the swap pool has room (else fall back to recompute)."""

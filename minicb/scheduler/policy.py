@@ -21,8 +21,15 @@ from minicb.request import Request
 PREEMPTION_MODES = ("recompute", "swap", "auto")
 
 
+def rank(req: Request) -> tuple[int, float, int]:
+    """Who is served first: lower priority value, then earlier arrival (arrival_index breaks ties,
+    which the simulated clock makes common). The reverse order picks victims, so the oldest request
+    is never evicted by a younger one of equal priority, and always makes progress."""
+    return req.priority, req.metrics.arrival_time, req.arrival_index
+
+
 def victim(running: list[Request]) -> Request:
-    return max(running, key=lambda r: (r.priority, r.metrics.arrival_time))
+    return max(running, key=rank)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@ A request that finishes leaves at once and its result goes back at once; its slo
 blocks go to the next waiting request in the very next step. A step may mix new prefills with
 ongoing decodes: attention handles each sequence separately (selective batching), so nothing
 forces the batch's members to be in the same phase.
+
+Under pressure (lessons 06 and 07): when a running sequence needs a block and none is free, the
+least urgent running sequence is preempted (policy.py: recompute or swap); no new request is
+admitted in such a step. Chunked prefill splits long prompts across steps so decodes keep
+flowing, and schedule() decides whether decodes or prompts get the token budget first.
 """
 from __future__ import annotations
 
@@ -43,9 +48,6 @@ class ContinuousScheduler:
             bisect.insort(self.waiting, request, key=rank)
         else:
             self.waiting.append(request)
-
-    def _victim(self) -> Request:
-        return victim(self.running)
 
     def abort(self, request: Request) -> None:
         for queue in (self.running, self.swapped):
@@ -117,7 +119,7 @@ class ContinuousScheduler:
         for req in candidates:
             n = self._chunk_size(req, step_is_empty=not out.chunks) if req in self.running else 0
             while n and req in self.running and not self.blocks.can_append(req.request_id, n):
-                self._preempt(self._victim(), out)
+                self._preempt(victim(self.running), out)
             if n and req in self.running:
                 self.blocks.append_slots(req.request_id, n)
                 out.chunks.append(ScheduledChunk(req, n, prefill=self._uncomputed(req) > 1))
@@ -135,8 +137,8 @@ class ContinuousScheduler:
             if no_seat or self.blocks.blocks_to_reserve(n, 0) > len(self.blocks.free_blocks) - keep_free:
                 # Under the priority policy a more urgent request evicts a less urgent one; it is
                 # admitted next step (never in a step that preempted).
-                if self.policy == "priority" and self.running and self._victim().priority > req.priority:
-                    self._preempt(self._victim(), out)
+                if self.policy == "priority" and self.running and victim(self.running).priority > req.priority:
+                    self._preempt(victim(self.running), out)
                 break
             self.waiting.popleft()
             self.blocks.allocate(req.request_id, n)

@@ -112,7 +112,10 @@ class BlockManager:
         return list(zip(table, cpu))
 
     def can_swap_in(self, seq_id: str, keep_free: int = 0) -> bool:
-        return len(self.swapped[seq_id]) + keep_free <= len(self.free_blocks)
+        """Room for the sequence's blocks and for its next token, with keep_free blocks to spare."""
+        blocks = len(self.swapped[seq_id])
+        growth = max(0, self.blocks_for(self.num_tokens[seq_id] + 1) - blocks)
+        return blocks + growth + keep_free <= len(self.free_blocks)
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
         """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""

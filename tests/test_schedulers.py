@@ -434,3 +434,16 @@ def test_a_swapped_low_priority_request_does_not_thrash_with_an_urgent_waiting_o
         engine.step()
     run_checked(engine)
     assert all(r.status.finished for r in engine.requests.values())
+
+
+def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
+    """Found by the soak run: swap-in demanded a spare block for the next token even when the
+    next token fits in the last block, so in a one-block pool the request never came back."""
+    engine = make_engine(tiny_checkpoint, block_size=16, num_blocks=1, max_num_seqs=1, max_num_batched_tokens=8,
+                         simulate=True, scheduling_policy="priority", preemption_mode="swap", swap_space_mb=1.0)
+    engine.add_request([1], SamplingParams(max_tokens=2, ignore_eos=True), "low", priority=1)
+    engine.step()
+    engine.add_request([1], SamplingParams(max_tokens=1, ignore_eos=True), "urgent", priority=0)
+    run_checked(engine)
+    assert engine.trace.steps[1].swapped_out == ["low"] and any("low" in s.swapped_in for s in engine.trace.steps)
+    assert engine.requests["low"].status is RequestStatus.FINISHED_LENGTH

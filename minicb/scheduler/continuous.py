@@ -83,8 +83,8 @@ class ContinuousScheduler:
         """Swapped sequences come back first, while seats and blocks allow, and run this step."""
         while self.swapped and not out.preempted and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            if self._waiting_goes_first(req) or not self.blocks.can_swap_in(req.request_id, keep_free + 1):
-                break   # (keep_free + 1: room for its next token too)
+            if self._waiting_goes_first(req) or not self.blocks.can_swap_in(req.request_id, keep_free):
+                break
             self.swapped.popleft()
             out.swap_in += self.blocks.swap_in(req.request_id)
             req.status = RequestStatus.RUNNING

@@ -294,16 +294,22 @@ def test_nan_logits_fail_one_request_and_the_others_finish(tiny_checkpoint):
     assert final["good"].outputs[0].finish_reason == "length" and len(final["good"].outputs[0].token_ids) == 5
 
 
-def test_policy_and_admission_config_errors(tiny_checkpoint):
-    with pytest.raises(ValueError, match="scheduling_policy='lifo' is unknown"):
-        make_engine(tiny_checkpoint, scheduling_policy="lifo")
-    with pytest.raises(ValueError, match="need batching='continuous'"):
-        make_engine(tiny_checkpoint, batching="static", scheduling_policy="priority")
-    with pytest.raises(ValueError, match="max_queue_delay_s=0 is invalid"):
-        make_engine(tiny_checkpoint, max_queue_delay_s=0)
-    engine = make_engine(tiny_checkpoint)
+@pytest.mark.parametrize("config,message", [
+    (dict(scheduling_policy="lifo"), "scheduling_policy='lifo' is unknown"),
+    (dict(batching="static", scheduling_policy="priority"), "need batching='continuous'"),
+    (dict(max_queue_delay_s=0), "max_queue_delay_s=0 is invalid"),
+    (dict(preemption_mode="evict"), "preemption_mode='evict' is unknown"),
+    (dict(batching="static", preemption_mode="swap"), "swapping need batching='continuous'"),
+    (dict(num_blocks=0), "num_blocks=0 is invalid"),
+])
+def test_policy_admission_and_preemption_config_errors(tiny_checkpoint, config, message):
+    with pytest.raises(ValueError, match=message):
+        make_engine(tiny_checkpoint, **config)
+
+
+def test_priority_must_be_an_int(tiny_checkpoint):
     with pytest.raises(ValueError, match="priority='high' is invalid"):
-        engine.add_request([1], priority="high")
+        make_engine(tiny_checkpoint).add_request([1], priority="high")
 
 
 def test_prefill_first_never_schedules_a_new_request_twice_in_one_step(tiny_checkpoint):
@@ -396,15 +402,6 @@ def test_measured_preemption_cost_is_sane(tiny_checkpoint):
     assert cost.recompute_s(512) > cost.recompute_s(16) > 0
     assert cost.swap_s(512) >= cost.swap_s(16) > 0
     assert 0 <= cost.crossover_tokens()
-
-
-def test_preemption_config_errors(tiny_checkpoint):
-    with pytest.raises(ValueError, match="preemption_mode='evict' is unknown"):
-        make_engine(tiny_checkpoint, preemption_mode="evict")
-    with pytest.raises(ValueError, match="swapping need batching='continuous'"):
-        make_engine(tiny_checkpoint, batching="static", preemption_mode="swap")
-    with pytest.raises(ValueError, match="num_blocks=0 is invalid"):
-        make_engine(tiny_checkpoint, num_blocks=0)
 
 
 def test_equal_requests_in_a_tight_pool_do_not_evict_each_other_forever(tiny_checkpoint):

@@ -90,3 +90,12 @@ def test_bad_engine_config():
         LLM(None, max_num_seqs=0)
     with pytest.raises(ValueError, match="dtype='fp8' is unknown"):
         ModelRunner(None, device="cpu", dtype="fp8")
+
+
+def test_a_duplicate_request_id_is_refused(bard_llm):
+    engine = bard_llm.engine
+    engine.add_request("ROMEO.\n", SamplingParams(max_tokens=1), request_id="dup")
+    with pytest.raises(ValueError, match="request id 'dup' is already in use"):
+        engine.add_request("JULIET.\n", SamplingParams(max_tokens=1), request_id="dup")
+    while engine.has_unfinished_requests():
+        engine.step()

@@ -19,7 +19,7 @@ from minicb.model.loader import resolve_model_path
 from minicb.runner import load_tokenizer
 
 
-SWAP_S_PER_TOKEN = 1.0e-7   # measured for Bard's KV on this CPU by measure_preemption_cost (see bench/)
+SWAP_S_PER_TOKEN = 1.0e-6   # Bard, this CPU: bench/pressure.py measured ~2 us per token for out + in
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,6 @@ from minicb.model.loader import resolve_model_path
 from minicb.runner import load_tokenizer
 
 
-SWAP_S_PER_TOKEN = 1.0e-6   # Bard, this CPU: bench/pressure.py measured ~2 us per token for out + in
-
-
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per step = fixed + per_token * tokens computed + per_context_token * context read.
@@ -35,8 +32,7 @@ class StepCost:
     fixed: float = 2.9e-3
     per_token: float = 2.7e-4
     per_context_token: float = 1.4e-6
-    per_swapped_token: float = SWAP_S_PER_TOKEN   # one direction of a swap, per token of KV
-
+    per_swapped_token: float = 1.0e-6   # one direction of a swap; bench/pressure.py: ~2 us/token out + in
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
         return self.fixed + self.per_token * num_tokens + self.per_context_token * context_tokens

@@ -158,3 +158,24 @@ def top2_gap(runner, token_ids: list[int]) -> float:
     logits = runner.execute(FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size))[0]
     top = logits.topk(2).values
     return float(top[0] - top[1])
+
+
+def check_states(engine) -> None:
+    """After any step: the pool's invariants hold (swap pool included), every request sits in
+    exactly one place (waiting, running, swapped or finished) with the matching status, and no
+    more sequences run than there are seats."""
+    from minicb.request import RequestStatus
+
+    engine.block_manager.check_invariants()
+    sched = engine.scheduler
+    waiting = [r.request_id for r in sched.waiting]
+    running = [r.request_id for r in sched.running]
+    swapped = [r.request_id for r in getattr(sched, "swapped", [])]
+    finished = [r.request_id for r in engine.requests.values() if r.status.finished]
+    everyone = waiting + running + swapped + finished
+    assert len(everyone) == len(set(everyone)) == len(engine.requests), "a request is in two states, or none"
+    assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
+    assert all(r.status is RequestStatus.RUNNING for r in sched.running)
+    assert all(engine.requests[r].status is RequestStatus.SWAPPED for r in swapped)
+    assert set(swapped) == set(engine.block_manager.swapped), "swap pool and scheduler disagree"
+    assert len(sched.running) <= engine.config.max_num_seqs

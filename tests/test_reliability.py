@@ -17,7 +17,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, top2_gap
+from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, top2_gap
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
@@ -53,19 +53,7 @@ def scenarios(draw):
 
 
 def check_step(engine: LLMEngine) -> None:
-    engine.block_manager.check_invariants()
-    sched = engine.scheduler
-    waiting = [r.request_id for r in sched.waiting]
-    running = [r.request_id for r in sched.running]
-    swapped = [r.request_id for r in getattr(sched, "swapped", [])]
-    finished = [r.request_id for r in engine.requests.values() if r.status.finished]
-    everyone = waiting + running + swapped + finished
-    assert len(everyone) == len(set(everyone)) == len(engine.requests), "a request is in two states, or none"
-    assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
-    assert all(r.status is RequestStatus.RUNNING for r in sched.running)
-    assert all(engine.requests[r].status is RequestStatus.SWAPPED for r in swapped)
-    assert set(swapped) == set(engine.block_manager.swapped), "swap pool and scheduler disagree"
-    assert len(sched.running) <= engine.config.max_num_seqs
+    check_states(engine)
     if engine.trace.steps:
         step = engine.trace.steps[-1]
         over_budget = step.num_tokens > engine.config.max_num_batched_tokens

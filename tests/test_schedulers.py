@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import check_states
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
@@ -17,21 +18,13 @@ def make_engine(tiny_checkpoint, **config) -> LLMEngine:
 
 
 def run_checked(engine: LLMEngine) -> list:
-    """Step to the end; after every step the pool's invariants hold and every request sits in
-    exactly one place: waiting, running, or finished."""
+    """Step to the end, checking conftest.check_states and the seat and token budgets after every
+    step, and that the pool is whole at the end."""
     outputs = []
     while engine.has_unfinished_requests():
         assert len(engine.trace.steps) < 5000, "requests are stuck"
         outputs += engine.step()
-        engine.block_manager.check_invariants()
-        sched = engine.scheduler
-        waiting = {r.request_id for r in sched.waiting}
-        running = {r.request_id for r in sched.running}
-        finished = {r.request_id for r in engine.requests.values() if r.status.finished}
-        assert not (waiting & running) and not (waiting & finished) and not (running & finished)
-        assert waiting | running | finished <= set(engine.requests)
-        assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
-        assert all(r.status is RequestStatus.RUNNING for r in sched.running)
+        check_states(engine)
         step = engine.trace.steps[-1] if engine.trace.steps else None
         if step is not None:
             assert sum(phase != "empty" for _, phase in step.slots) <= engine.config.max_num_seqs

@@ -39,9 +39,10 @@ def check_priority(priority: int) -> None:
 
 
 def simulated_preemption_cost(config: EngineConfig) -> PreemptionCost:
-    """The simulator's own prices: a re-prefill is a step over the context, a swap a copy each way."""
+    """The simulator's own prices: re-prefilling t tokens is one step of t tokens reading a context
+    of t (linear in t, as StepCost prices it), a swap is a copy each way."""
     step = config.step_cost or StepCost()
-    return PreemptionCost(step.fixed, step.per_token, step.per_context_token, 0.0, 2 * step.per_swapped_token)
+    return PreemptionCost(step.fixed, step.per_token + step.per_context_token, 0.0, 0.0, 2 * step.per_swapped_token)
 
 
 def kv_bytes_per_block(model_path: str, block_size: int, dtype: torch.dtype) -> int:

@@ -44,13 +44,15 @@ class EngineConfig:
 
     simulate: bool = False              # price each step with a cost model instead of running the network
     step_cost: StepCost | None = None   # the simulator's cost model; None: fitted defaults for Bard on a CPU
-    attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per sequence
+    attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
+    #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
         choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-                   "attn_backend": ("torch", "torch-loop"), "schedule_priority": ("decode_first", "prefill_first"),
-                   "scheduling_policy": ("fcfs", "priority"), "preemption_mode": PREEMPTION_MODES}
+                   "attn_backend": ("torch", "torch-loop", "triton"),
+                   "schedule_priority": ("decode_first", "prefill_first"), "scheduling_policy": ("fcfs", "priority"),
+                   "preemption_mode": PREEMPTION_MODES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from minicb.attention.torch_backend import BACKENDS
+from minicb.attention import select_backend
 from minicb.batch import FlatBatch
 from minicb.model.loader import load_model, resolve_model_path
 
@@ -54,10 +54,8 @@ class ModelRunner:
                  attn_backend: str = "torch", num_swap_blocks: int = 0):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
-        if attn_backend not in BACKENDS:
-            raise ValueError(f"attn_backend={attn_backend!r} is unknown; use one of {', '.join(BACKENDS)}")
-        self.attention = BACKENDS[attn_backend]
         self.device = resolve_device(device)
+        self.attention, self.attn_backend = select_backend(attn_backend, self.device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)

@@ -10,6 +10,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+if not torch.cuda.is_available():
+    # The Triton kernels run on the CPU through the interpreter, which must be on before they are defined.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from minicb.model.loader import BARD_PATH
 
 # Hypothesis profiles: "fast" for `make test` (derandomized: the same examples every run, so CI

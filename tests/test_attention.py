@@ -1,4 +1,4 @@
-"""The torch paged-attention backend against dense causal attention written out by hand."""
+"""Every attention backend (torch, torch-loop, triton) against dense causal attention written out by hand."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from minicb.attention.metadata import AttentionMetadata
-from minicb.attention.torch_backend import BACKENDS, paged_attention
+from minicb.attention import BACKENDS
+from minicb.attention.torch_backend import paged_attention
 
 
 def dense_causal_attention(q, k, v, scale):

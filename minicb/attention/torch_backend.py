@@ -91,5 +91,3 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                          attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)
     return out[:, 0] if decode_only else out[seq_of_row, row_in_seq]         # (T, H, hd)
 
-
-BACKENDS = {"torch": paged_attention_vectorized, "torch-loop": paged_attention}

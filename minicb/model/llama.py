@@ -7,16 +7,12 @@ part); only attention looks at sequences, and it does so through a pluggable bac
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import nn
 
+from minicb.attention import AttentionBackend
 from minicb.attention.metadata import AttentionMetadata
 from minicb.model.config import ModelConfig, rope_inverse_frequencies
-
-# (q, k, v, k_cache, v_cache, metadata, scale) -> (T, H, hd)
-AttentionBackend = Callable[..., torch.Tensor]
 
 
 class RMSNorm(nn.Module):

@@ -1,0 +1,142 @@
+"""The Triton kernels against attention written out in float64 PyTorch, over shapes hypothesis draws:
+lengths from 1 to a few hundred with every block and tile boundary, shuffled block tables, GQA
+ratios 1/2/4/8, head_dim 32/64/128, block_size 16/32, fp32/fp16/bf16. On a CPU they run under
+TRITON_INTERPRET=1 (conftest sets it); on a GPU the same tests run at larger shapes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minicb_kernels import paged_decode_attention, store_kv, varlen_attention
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+MAX_CONTEXT = 4096 if ON_GPU else 300      # the interpreter runs each program in Python: keep it small
+MAX_NEW_TOKENS = 1024 if ON_GPU else 130
+MAX_SEQS = 16 if ON_GPU else 3
+EXAMPLES = 200 if ON_GPU else 60
+BOUNDARIES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 256]  # blocks are 16/32, tiles 64
+
+# fp32 to 1e-5 relative. fp16/bf16 to 2 units in the last place of the output dtype, relative, with a
+# floor of 2 ulps at 1.0 (the scale of V) so that outputs which cancel to near 0 are judged fairly.
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-6),
+             torch.float16: dict(rtol=2 * torch.finfo(torch.float16).eps, atol=2 * torch.finfo(torch.float16).eps),
+             torch.bfloat16: dict(rtol=2 * torch.finfo(torch.bfloat16).eps, atol=2 * torch.finfo(torch.bfloat16).eps)}
+
+
+class PagedBatch:
+    """A random batch over a paged cache whose blocks are handed out in shuffled order."""
+
+    def __init__(self, seq_lens, query_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.seq_lens, self.query_lens = seq_lens, query_lens
+        self.dtype, self.scale = dtype, head_dim ** -0.5
+        blocks_per_seq = [math.ceil(n / block_size) for n in seq_lens]
+        num_blocks = sum(blocks_per_seq) + 3
+        order = torch.randperm(num_blocks, generator=g).tolist()
+        width = max(blocks_per_seq) + 1                        # tables padded with -1 past each sequence's end
+        self.block_tables = torch.full((len(seq_lens), width), -1, dtype=torch.int32)
+        for i, n in enumerate(blocks_per_seq):
+            self.block_tables[i, :n] = torch.tensor([order.pop() for _ in range(n)])
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.k_cache = torch.randn(shape, generator=g).to(dtype)
+        self.v_cache = torch.randn(shape, generator=g).to(dtype)
+        self.q = torch.randn(sum(query_lens), num_heads, head_dim, generator=g).to(dtype)
+        self.cu_seqlens_q = torch.tensor([0] + list(torch.tensor(query_lens).cumsum(0)), dtype=torch.int32)
+
+    def on_device(self, name: str) -> torch.Tensor:
+        return getattr(self, name).to(DEVICE)
+
+    def reference(self) -> torch.Tensor:
+        """Causal attention per sequence, in float64, reading the context through the block table."""
+        out = torch.empty(self.q.shape, dtype=torch.float64)
+        block_size = self.k_cache.shape[1]
+        group = self.q.shape[1] // self.k_cache.shape[2]
+        for i, (seq_len, q_len) in enumerate(zip(self.seq_lens, self.query_lens)):
+            pos = torch.arange(seq_len)
+            slots = self.block_tables[i, pos // block_size].long() * block_size + pos % block_size
+            k = self.k_cache.flatten(0, 1)[slots].double().repeat_interleave(group, 1)   # (S, H, hd)
+            v = self.v_cache.flatten(0, 1)[slots].double().repeat_interleave(group, 1)   # (S, H, hd)
+            rows = slice(int(self.cu_seqlens_q[i]), int(self.cu_seqlens_q[i + 1]))
+            scores = torch.einsum("thd,shd->hts", self.q[rows].double(), k) * self.scale
+            q_pos = torch.arange(seq_len - q_len, seq_len)
+            scores = scores.masked_fill(pos[None, None, :] > q_pos[None, :, None], float("-inf"))
+            out[rows] = torch.einsum("hts,shd->thd", scores.softmax(-1), v)
+        return out
+
+    def check(self, out: torch.Tensor) -> None:
+        assert out.dtype == self.dtype and out.shape == self.q.shape
+        torch.testing.assert_close(out.cpu().double(), self.reference(), **TOLERANCE[self.dtype])
+
+
+context_lens = st.one_of(st.integers(1, MAX_CONTEXT), st.sampled_from(BOUNDARIES))
+
+
+@st.composite
+def paged_batches(draw, decode: bool) -> PagedBatch:
+    seq_lens = draw(st.lists(context_lens, min_size=1, max_size=MAX_SEQS))
+    if decode:
+        query_lens = [1] * len(seq_lens)
+    else:  # whole prompts, chunks after a cached prefix, and decode rows, mixed in one batch
+        query_lens = [draw(st.one_of(st.just(min(n, MAX_NEW_TOKENS)), st.just(1),
+                                     st.integers(1, min(n, MAX_NEW_TOKENS)))) for n in seq_lens]
+    num_kv_heads = draw(st.sampled_from([1, 2]))
+    group = draw(st.sampled_from([1, 2, 4, 8]))
+    return PagedBatch(seq_lens, query_lens, num_kv_heads * group, num_kv_heads,
+                      head_dim=draw(st.sampled_from([32, 64, 128])), block_size=draw(st.sampled_from([16, 32])),
+                      dtype=draw(st.sampled_from(list(TOLERANCE))), seed=draw(st.integers(0, 2**31 - 1)))
+
+
+@settings(max_examples=EXAMPLES)
+@given(batch=paged_batches(decode=False))
+def test_varlen_attention_matches_reference(batch):
+    out = varlen_attention(batch.on_device("q"), batch.on_device("k_cache"), batch.on_device("v_cache"),
+                           batch.on_device("cu_seqlens_q"), torch.tensor(batch.seq_lens, dtype=torch.int32,
+                                                                         device=DEVICE),
+                           batch.on_device("block_tables"), max(batch.query_lens), batch.scale)
+    batch.check(out)
+
+
+@settings(max_examples=EXAMPLES)
+@given(batch=paged_batches(decode=True), num_splits=st.sampled_from([1, 2, 3, 8]))
+def test_paged_decode_attention_matches_reference(batch, num_splits):
+    """num_splits 8 on a short context leaves splits with no keys at all; the reduce must ignore them."""
+    out = paged_decode_attention(batch.on_device("q"), batch.on_device("k_cache"), batch.on_device("v_cache"),
+                                 torch.tensor(batch.seq_lens, dtype=torch.int32, device=DEVICE),
+                                 batch.on_device("block_tables"), max(batch.seq_lens), batch.scale,
+                                 num_splits=num_splits)
+    batch.check(out)
+
+
+@settings(max_examples=EXAMPLES)
+@given(num_tokens=st.integers(1, 40), num_kv_heads=st.sampled_from([1, 2, 8]),
+       head_dim=st.sampled_from([32, 64, 128]), block_size=st.sampled_from([16, 32]),
+       dtype=st.sampled_from(list(TOLERANCE)), data=st.data())
+def test_store_kv_writes_each_slot_and_nothing_else(num_tokens, num_kv_heads, head_dim, block_size, dtype, data):
+    num_blocks = math.ceil(num_tokens / block_size) + 2
+    slots = data.draw(st.permutations(range(num_blocks * block_size)))[:num_tokens]
+    skipped = data.draw(st.lists(st.booleans(), min_size=num_tokens, max_size=num_tokens))
+    slot_mapping = torch.tensor([-1 if skip else s for s, skip in zip(slots, skipped)])
+    g = torch.Generator().manual_seed(num_tokens)
+    k = torch.randn(num_tokens, num_kv_heads, head_dim, generator=g).to(dtype)
+    v = torch.randn(num_tokens, num_kv_heads, head_dim, generator=g).to(dtype)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(dtype)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    keep = slot_mapping >= 0
+    want_k.flatten(0, 1)[slot_mapping[keep]] = k[keep]
+    want_v.flatten(0, 1)[slot_mapping[keep]] = v[keep]
+    got_k, got_v = k_cache.to(DEVICE), v_cache.to(DEVICE)
+    store_kv(k.to(DEVICE), v.to(DEVICE), got_k, got_v, slot_mapping.to(DEVICE))
+    assert torch.equal(got_k.cpu(), want_k) and torch.equal(got_v.cpu(), want_v)  # a copy: bit for bit
+
+
+def test_kernels_refuse_heads_that_do_not_group():
+    batch = PagedBatch([5], [5], 3, 2, head_dim=32, block_size=16, dtype=torch.float32, seed=0)
+    with pytest.raises(ValueError, match="cannot share"):
+        varlen_attention(batch.q, batch.k_cache, batch.v_cache, batch.cu_seqlens_q, torch.tensor([5]),
+                         batch.block_tables, 5, batch.scale)

@@ -4,14 +4,21 @@ ratios 1/2/4/8, head_dim 32/64/128, block_size 16/32, fp32/fp16/bf16. On a CPU t
 TRITON_INTERPRET=1 (conftest sets it); on a GPU the same tests run at larger shapes."""
 from __future__ import annotations
 
+import importlib.util
 import math
 
+import minicb_kernels
 import pytest
 import torch
+from conftest import NEAR_TIE_GAP, top2_gap
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from minicb_kernels import paged_decode_attention, store_kv, varlen_attention
+
+from minicb.attention import BACKENDS, select_backend
+from minicb.attention.triton_backend import unavailable_reason
+from minicb.engine import LLM
+from minicb.sampling import SamplingParams
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -140,3 +147,63 @@ def test_kernels_refuse_heads_that_do_not_group():
     with pytest.raises(ValueError, match="cannot share"):
         varlen_attention(batch.q, batch.k_cache, batch.v_cache, batch.cu_seqlens_q, torch.tensor([5]),
                          batch.block_tables, 5, batch.scale)
+
+
+# The kernels inside the engine
+
+LONG_PROMPT = ("KING HENRY.\nOnce more unto the breach, dear friends, once more;\nOr close the wall up with our "
+               "English dead.\nIn peace there's nothing so becomes a man\nAs modest stillness and humility:\n")
+PROMPTS = [LONG_PROMPT, "ROMEO.\n", "JULIET.\nO Romeo, Romeo,", "HAMLET.\n", "FALSTAFF.\n"]
+# fp16 logits of two correct implementations differ by ~1e-2, not ~1e-6 as in fp32.
+E2E_DTYPE, E2E_NEAR_TIE_GAP = ("float16", 5e-2) if ON_GPU else ("float32", NEAR_TIE_GAP)
+
+
+def test_bard_greedy_tokens_with_triton_equal_torch_backend():
+    """Bard end to end: chunked prefill over a cached prefix, mixed prefill+decode steps and pure decode
+    steps, with each backend. A token may differ only where the torch run's top-2 logit gap is a near-tie."""
+    config = dict(device=DEVICE, dtype=E2E_DTYPE, max_num_seqs=3, max_num_batched_tokens=24,
+                  enable_chunked_prefill=True, num_blocks=64)
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (12, 3, 6, 10, 5)]
+    triton_llm, torch_llm = LLM(None, attn_backend="triton", **config), LLM(None, attn_backend="torch", **config)
+    assert triton_llm.engine.runner.attn_backend == "triton"
+    outputs = triton_llm.generate(PROMPTS, params, use_tqdm=False)
+    got = [o.outputs[0].token_ids for o in outputs]
+    want = [o.outputs[0].token_ids for o in torch_llm.generate(PROMPTS, params, use_tqdm=False)]
+
+    steps = triton_llm.engine.trace.steps
+    long_prompt_chunks = [s for s in steps if s.tokens.get(outputs[0].request_id, 0) > 1]
+    assert len(long_prompt_chunks) >= 2, "the long prompt was not prefilled in chunks over a cached prefix"
+    assert any(s.prefill_tokens and s.decode_tokens for s in steps), "no mixed prefill+decode step was run"
+    assert any(s.decode_tokens and not s.prefill_tokens for s in steps), "no pure decode step was run"
+    near_ties = 0
+    for prompt, g, w in zip(PROMPTS, got, want):
+        if g == w:
+            continue
+        step = next(i for i, (a, b) in enumerate(zip(g, w)) if a != b)
+        gap = top2_gap(torch_llm.engine.runner, torch_llm.engine.encode(prompt) + w[:step])
+        assert gap < E2E_NEAR_TIE_GAP, f"triton diverged from torch at token {step}, top-2 gap {gap:.2e}: a bug"
+        near_ties += 1
+    assert near_ties <= 1, f"{near_ties} of {len(PROMPTS)} requests diverged at near-ties"
+
+
+def test_triton_backend_needs_the_interpreter_on_a_cpu(monkeypatch):
+    assert unavailable_reason(torch.device(DEVICE)) is None           # this suite runs the kernels
+    monkeypatch.setattr(minicb_kernels, "INTERPRETED", False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert "set TRITON_INTERPRET=1 before Python starts" in unavailable_reason(torch.device("cpu"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "was set after minicb_kernels was imported" in unavailable_reason(torch.device("cpu"))
+    with pytest.warns(RuntimeWarning, match="attn_backend='triton' falls back to 'torch': .*TRITON_INTERPRET=1"):
+        backend, name = select_backend("triton", torch.device("cpu"))
+    assert name == "torch" and backend is BACKENDS["torch"]
+
+
+def test_engine_without_triton_falls_back_and_still_serves(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "triton" else real_find_spec(name, *args))
+    with pytest.warns(RuntimeWarning, match="Triton is not installed .*pip install triton"):
+        llm = LLM(None, device="cpu", attn_backend="triton", num_blocks=16)
+    assert llm.engine.runner.attn_backend == "torch"
+    out = llm.generate("ROMEO.\n", SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 3

@@ -22,19 +22,21 @@ from minicb import BARD_PATH, LLM
 from minicb.workload import make_workload
 
 
-def hf_model():
+def hf_model(path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(str(BARD_PATH), dtype=torch.float32,
-                                                    attn_implementation="sdpa").eval()
+        return AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                                    attn_implementation="sdpa").to(device).eval()
 
 
-def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int) -> float:
+def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
+               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch") -> float:
     from minicb import SamplingParams
 
-    llm = LLM(None, device="cpu", max_num_seqs=seats, num_blocks=4096, max_num_batched_tokens=4096)
+    llm = LLM(str(path), device=device, dtype=dtype, attn_backend=attn_backend, max_num_seqs=seats,
+              num_blocks=4096, max_num_batched_tokens=4096)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
     start = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
@@ -60,11 +62,12 @@ def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_
     return time.perf_counter() - start
 
 
-def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int) -> float:
+def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
+                      device: str = "cpu", dtype: str = "float32") -> float:
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-    model = hf_model()
+    model = hf_model(path, device, dtype)
     cb = ContinuousBatchingConfig(page_size=16, num_blocks=4096, max_batch_tokens=512,
                                   max_requests_per_batch=seats, auto_switch_to_flash=False)
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, max_new_tokens=max(lengths))

@@ -6,10 +6,12 @@ reading the cache, so that read is what matters.
 
 Split-KV: at batch 1 with 8 KV heads the grid has 8 programs, far too few to fill a GPU's ~130
 multiprocessors, and each walks the whole context alone. Splitting each sequence's context into
-NUM_SPLITS runs gives more programs; each writes its partial output, normalised by its own sum, and
+num_splits runs gives more programs; each writes its partial output, normalised by its own sum, and
 the log of that sum (its log-sum-exp). A small reduce kernel then weighs the partials by
 exp(lse_s - max lse) and adds them, which is the same softmax over the whole context.
 """
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -20,16 +22,16 @@ from minicb_kernels.tiles import LOG2_E, check_cache, dot_dtype, interpreting, l
 
 @triton.jit
 def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-                        seq_lens_ptr, block_tables_ptr, scale_log2, num_heads,
+                        seq_lens_ptr, block_tables_ptr, scale_log2, num_heads, num_splits,
                         stride_qt, stride_qh, stride_ot, stride_oh,
                         stride_cache_block, stride_cache_slot, stride_cache_head, stride_table,
                         QUERIES_PER_KV: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                         HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                        NUM_SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr):
+                        SPLIT_KV: tl.constexpr, DOT_DTYPE: tl.constexpr):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     # Each split takes a run of whole tiles; a short context leaves its last splits empty.
-    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), NUM_SPLITS)
+    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(seq_len, start + tiles_per_split * BLOCK_N)
 
@@ -54,7 +56,7 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, partial_out_pt
         scores = tl.where((positions < end)[None, :], scores, float("-inf"))   # (GROUP_PAD, N)
         row_max, row_sum, acc = online_softmax_update(scores, v, row_max, row_sum, acc, DOT_DTYPE)
 
-    if NUM_SPLITS == 1:
+    if not SPLIT_KV:
         tl.store(out_ptr + seq * stride_ot + heads[:, None] * stride_oh + dims[None, :],
                  (acc / row_sum[:, None]).to(out_ptr.dtype.element_ty), mask=row_mask)
     else:
@@ -62,36 +64,40 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, partial_out_pt
         has_keys = row_sum > 0
         partial = acc / tl.where(has_keys, row_sum, 1.0)[:, None]
         lse = tl.where(has_keys, row_max + tl.log2(tl.where(has_keys, row_sum, 1.0)), float("-inf"))
-        row = (seq * NUM_SPLITS + split) * num_heads + heads        # (GROUP_PAD,) rows of the (B, splits, H) partials
+        row = (seq * num_splits + split) * num_heads + heads        # (GROUP_PAD,) rows of the (B, splits, H) partials
         tl.store(partial_out_ptr + row[:, None] * HEAD_PAD + dims[None, :], partial, mask=row_mask)
         tl.store(partial_lse_ptr + row, lse, mask=group < QUERIES_PER_KV)
 
 
 @triton.jit
-def reduce_splits_kernel(partial_out_ptr, partial_lse_ptr, out_ptr, stride_ot, stride_oh, num_heads,
-                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+def reduce_splits_kernel(partial_out_ptr, partial_lse_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
+                         SPLITS_PAD: tl.constexpr,
                          HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_PAD)
-    rows = (seq * NUM_SPLITS + splits) * num_heads + head            # (SPLITS_PAD,) partial rows of this head
-    lse = tl.load(partial_lse_ptr + rows, mask=splits < NUM_SPLITS, other=float("-inf"))
+    rows = (seq * num_splits + splits) * num_heads + head            # (SPLITS_PAD,) partial rows of this head
+    lse = tl.load(partial_lse_ptr + rows, mask=splits < num_splits, other=float("-inf"))
     weights = tl.exp2(lse - tl.max(lse, 0))                          # split 0 always has keys: max is finite
     weights = weights / tl.sum(weights, 0)
     partial = tl.load(partial_out_ptr + rows[:, None] * HEAD_PAD + dims[None, :],
-                      mask=(splits < NUM_SPLITS)[:, None], other=0.0)  # (SPLITS_PAD, HEAD_PAD)
+                      mask=(splits < num_splits)[:, None], other=0.0)  # (SPLITS_PAD, HEAD_PAD)
     out = tl.sum(weights[:, None] * partial, 0)
     tl.store(out_ptr + seq * stride_ot + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty),
              mask=dims < HEAD_DIM)
 
 
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int) -> int:
+@functools.lru_cache
+def multiprocessor_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int, device: torch.device) -> int:
     """Enough programs to give every GPU multiprocessor about two, never a split under 4 tiles.
     The interpreter runs programs one after another, so splitting only costs it time."""
-    if interpreting() or not torch.cuda.is_available():
+    if interpreting() or device.type != "cuda":
         return 1
-    programs_wanted = 2 * torch.cuda.get_device_properties(0).multi_processor_count
-    by_occupancy = triton.cdiv(programs_wanted, num_seqs * num_kv_heads)
+    by_occupancy = triton.cdiv(2 * multiprocessor_count(device), num_seqs * num_kv_heads)
     by_length = max(1, max_seq_len // (4 * block_n))
     return max(1, min(by_occupancy, by_length, 32))
 
@@ -111,19 +117,19 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     out = torch.empty_like(q)
     if B == 0:
         return out
-    _, block_n = tile_sizes(head_dim)
-    splits = num_splits or choose_num_splits(B, num_kv_heads, max_seq_len, block_n)
+    _, block_n = tile_sizes(head_dim, q.dtype)
+    splits = num_splits or choose_num_splits(B, num_kv_heads, max_seq_len, block_n, q.device)
     head_pad, group = padded_head_dim(head_dim), num_heads // num_kv_heads
     partial_out = q.new_empty((B, splits, num_heads, head_pad), dtype=torch.float32) if splits > 1 else out
     partial_lse = q.new_empty((B, splits, num_heads), dtype=torch.float32) if splits > 1 else out
     paged_decode_kernel[(B, num_kv_heads, splits)](
-        q, k_cache, v_cache, out, partial_out, partial_lse, seq_lens, block_tables, scale * LOG2_E, num_heads,
+        q, k_cache, v_cache, out, partial_out, partial_lse, seq_lens, block_tables, scale * LOG2_E, num_heads, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         QUERIES_PER_KV=group, GROUP_PAD=max(16, pow2(group)), BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
-        HEAD_PAD=head_pad, BLOCK_N=block_n, NUM_SPLITS=splits, DOT_DTYPE=dot_dtype(q.dtype))
+        HEAD_PAD=head_pad, BLOCK_N=block_n, SPLIT_KV=splits > 1, DOT_DTYPE=dot_dtype(q.dtype))
     if splits > 1:
         reduce_splits_kernel[(B, num_heads)](
-            partial_out, partial_lse, out, out.stride(0), out.stride(1), num_heads,
-            NUM_SPLITS=splits, SPLITS_PAD=pow2(splits), HEAD_DIM=head_dim, HEAD_PAD=head_pad)
+            partial_out, partial_lse, out, out.stride(0), out.stride(1), num_heads, splits,
+            SPLITS_PAD=pow2(splits), HEAD_DIM=head_dim, HEAD_PAD=head_pad)
     return out

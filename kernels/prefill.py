@@ -79,7 +79,7 @@ def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q)
     if T == 0:
         return out
-    block_m, block_n = tile_sizes(head_dim)
+    block_m, block_n = tile_sizes(head_dim, q.dtype)
     grid = (triton.cdiv(max_seqlen_q, block_m), seq_lens.shape[0], num_heads)
     varlen_attention_kernel[grid](
         q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, scale * LOG2_E,

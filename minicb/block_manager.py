@@ -143,6 +143,15 @@ class BlockManager:
         return BlockUsage(self.num_blocks, len(self.free_blocks), owned, owned * self.block_size, on_device,
                           self.num_swap_blocks - len(self.free_swap_blocks))
 
+    def block_map(self) -> list[tuple[str | None, int]]:
+        """Per device block: (owner, tokens stored in it). Owner None is a free block; an owner with 0
+        tokens is reserved but still empty (contiguous reservation's waste)."""
+        blocks: list[tuple[str | None, int]] = [(None, 0)] * self.num_blocks
+        for seq_id, table in self.tables.items():
+            for i, block in enumerate(table):
+                blocks[block] = (seq_id, min(self.block_size, max(0, self.num_tokens[seq_id] - i * self.block_size)))
+        return blocks
+
     def check_invariants(self) -> None:
         """No block owned twice or both owned and free; owned + free is the whole pool; every
         table covers its tokens. Raises AssertionError naming the first broken rule."""

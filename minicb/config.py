@@ -46,6 +46,7 @@ class EngineConfig:
     step_cost: StepCost | None = None   # the simulator's cost model; None: fitted defaults for Bard on a CPU
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
     #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
+    trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:

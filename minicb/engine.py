@@ -131,6 +131,7 @@ class LLMEngine:
                       RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority,
                       arrival_index=len(self.requests))
         self.requests[request_id] = req
+        self.trace.arrivals[request_id] = req.metrics.arrival_time
         reason = self._why_never_servable(req) or self._why_not_now()
         if reason:
             self._finish_unserved(req, RequestStatus.REJECTED, reason)
@@ -283,7 +284,8 @@ class LLMEngine:
             admitted=[r.request_id for r in out.admitted],
             finished=[r.request_id for r in returned], preempted=self._unrecorded_preemptions,
             swapped_out=self._unrecorded_swaps, swapped_in=[r.request_id for r in out.swapped_in],
-            waiting=len(self.scheduler.waiting)))
+            waiting=len(self.scheduler.waiting),
+            kv_blocks=self.block_manager.block_map() if self.config.trace_kv_blocks else None))
         self._unrecorded_preemptions, self._unrecorded_swaps = [], []
 
 

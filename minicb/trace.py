@@ -36,6 +36,7 @@ class StepRecord:
     swapped_out: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
     waiting: int = 0
+    kv_blocks: list[tuple[str | None, int]] | None = None  # per block: (owner, tokens in it), if traced
 
     @property
     def useful_slots(self) -> int:
@@ -46,6 +47,7 @@ class StepRecord:
 class Trace:
     num_seats: int
     steps: list[StepRecord] = field(default_factory=list)
+    arrivals: dict[str, float] = field(default_factory=dict)   # request id -> arrival time (the queued phase)
     _seat_of: dict[str, int] = field(default_factory=dict)
 
     def seat_for(self, request_id: str) -> int:
@@ -75,4 +77,4 @@ class Trace:
         return [asdict(s) for s in self.steps]
 
     def to_json(self) -> str:
-        return json.dumps({"num_seats": self.num_seats, "steps": self.to_rows()})
+        return json.dumps({"num_seats": self.num_seats, "arrivals": self.arrivals, "steps": self.to_rows()})

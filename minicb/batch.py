@@ -58,18 +58,17 @@ class FlatBatch:
         as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=device)  # noqa: E731
         return cls(as_long(input_ids), as_long(positions), attn, as_long(logits_indices))
 
-    @classmethod
-    def from_scheduler_output(cls, out: SchedulerOutput, block_tables: dict[str, list[int]], block_size: int,
-                              device: torch.device | str = "cpu") -> "FlatBatch":
-        """Each scheduled request brings its next num_new_tokens uncomputed tokens."""
-        chunks = []
-        for c in out.chunks:
-            req = c.request
-            start = req.num_computed_tokens
-            chunks.append(SequenceChunk(req.all_token_ids[start:start + c.num_new_tokens], start,
-                                        block_tables[req.request_id], c.completes_known_tokens))
-        for pad in out.padding:
-            table = block_tables[pad.request.request_id]
-            chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, table,
-                                        needs_logits=False, write_kv=False))
-        return cls.build(chunks, block_size, device)
+
+def sequence_chunks(out: SchedulerOutput, block_tables: dict[str, list[int]]) -> list[SequenceChunk]:
+    """The scheduler's decision as chunks: each scheduled request brings its next num_new_tokens
+    uncomputed tokens; the dense baseline's padding rows come last."""
+    chunks = []
+    for c in out.chunks:
+        req = c.request
+        start = req.num_computed_tokens
+        chunks.append(SequenceChunk(req.all_token_ids[start:start + c.num_new_tokens], start,
+                                    block_tables[req.request_id], c.completes_known_tokens))
+    for pad in out.padding:
+        chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, block_tables[pad.request.request_id],
+                                    needs_logits=False, write_kv=False))
+    return chunks

@@ -3,7 +3,7 @@
 One engine step, as data:
 
     scheduler.schedule()            -> SchedulerOutput   which requests run, how many tokens each
-    FlatBatch.from_scheduler_output -> FlatBatch         the flat tensors the model runs on
+    build_flat_batch(chunks)        -> FlatBatch         the flat tensors the model runs on
     runner.execute + sample         -> one token per request that reached its last known token
     scheduler.update                -> finished requests leave (continuous: at once)
     trace.record                    -> one StepRecord
@@ -16,12 +16,12 @@ from typing import Iterator
 import torch
 from tqdm.auto import tqdm
 
-from minicb.batch import FlatBatch
-from minicb.block_manager import BlockManager
+from minicb.batch import sequence_chunks
 from minicb.config import EngineConfig
 from minicb.detokenize import new_text
 from minicb.model.config import read_model_config
 from minicb.model.loader import resolve_model_path
+from minicb.parts import EngineParts
 from minicb.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from minicb.runner import ModelRunner, resolve_device, resolve_dtype
 from minicb.sampling import SamplingParams, find_stop, make_generator, sample
@@ -51,8 +51,11 @@ def kv_bytes_per_block(model_path: str, block_size: int, dtype: torch.dtype) -> 
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig | None = None, **overrides):
+    def __init__(self, config: EngineConfig | None = None, parts: EngineParts | None = None, **overrides):
+        """parts: the seam where the course plugs in a learner's scheduler decisions, batch builder or
+        allocator (minicb/parts.py); None runs minicb's own."""
         self.config = c = config or EngineConfig(**overrides)
+        self.parts = parts = parts or EngineParts()
         device = resolve_device(c.device)
         dtype = resolve_dtype(c.dtype, device)
         block_bytes = kv_bytes_per_block(resolve_model_path(c.model), c.block_size, dtype)
@@ -73,8 +76,8 @@ class LLMEngine:
         self.max_model_len = c.max_model_len or model_limit
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
         self.max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
-        self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
-                                          num_swap_blocks)
+        self.block_manager = parts.block_manager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
+                                                 num_swap_blocks)
         cost = c.preemption_cost
         if c.preemption_mode == "auto" and cost is None:
             cost = measure_preemption_cost(self.runner) if not c.simulate else simulated_preemption_cost(c)
@@ -83,7 +86,8 @@ class LLMEngine:
                                                  c.enable_chunked_prefill, c.long_prefill_token_threshold,
                                                  prefill_first=c.schedule_priority == "prefill_first",
                                                  policy=c.scheduling_policy, preemption_mode=c.preemption_mode,
-                                                 preemption_cost=cost)
+                                                 preemption_cost=cost, leave=parts.requests_that_leave,
+                                                 plan=parts.plan_admissions)
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")
@@ -205,8 +209,8 @@ class LLMEngine:
         self._unrecorded_swaps += [r.request_id for r in out.swapped_out]
         if out.is_empty:   # e.g. a priority preemption emptied the step: the next step admits
             return outputs
-        batch = FlatBatch.from_scheduler_output(out, self.block_manager.tables, self.config.block_size,
-                                                  self.runner.device)
+        batch = self.parts.build_flat_batch(sequence_chunks(out, self.block_manager.tables), self.config.block_size,
+                                            self.runner.device)
         logits = self.runner.execute(batch)
         due = [c.request for c in out.chunks if c.completes_known_tokens]
         finite = torch.isfinite(logits).all(dim=-1).tolist()
@@ -292,8 +296,8 @@ class LLMEngine:
 class LLM:
     """The offline entry point: `LLM().generate(prompts, params)`, as in vLLM."""
 
-    def __init__(self, model: str | None = None, **engine_config):
-        self.engine = LLMEngine(EngineConfig(model=model, **engine_config))
+    def __init__(self, model: str | None = None, parts: EngineParts | None = None, **engine_config):
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_config), parts)
 
     def _submit(self, prompts: list, sampling_params, priority: list[int] | None = None) -> list[str]:
         if isinstance(prompts, (str, tuple)) or (prompts and isinstance(prompts[0], int)):

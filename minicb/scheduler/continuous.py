@@ -13,12 +13,45 @@ flowing, and schedule() decides whether decodes or prompts get the token budget 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
+from dataclasses import dataclass
+from typing import Callable
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
 from minicb.scheduler import ScheduledChunk, SchedulerOutput
 from minicb.scheduler.policy import PreemptionCost, rank, victim
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    """What admission needs to know of a waiting request."""
+    request_id: str
+    num_tokens: int   # tokens to compute to start it: its prompt (and its output so far, after a preemption)
+    num_blocks: int   # KV blocks it must be given to start
+
+
+def requests_that_leave(running: list[Request]) -> list[Request]:
+    """Orca's rule: a request leaves the batch in the step it finishes, not when the batch does."""
+    return [r for r in running if r.status.finished]
+
+
+def plan_admissions(queue: list[QueuedRequest], free_seats: int, token_budget: int, free_blocks: int,
+                    step_is_empty: bool) -> list[str]:
+    """The ids of the requests that start this step: the longest prefix of the queue (first come, first
+    served: nobody jumps the line) in which each one gets a seat, its tokens fit what is left of the
+    step's token budget and its blocks fit the free blocks. A request larger than the whole budget may
+    still start alone in an otherwise empty step, so that it cannot starve."""
+    admitted: list[str] = []
+    for req in queue:
+        fits_budget = req.num_tokens <= token_budget or (step_is_empty and not admitted)
+        if free_seats == 0 or not fits_budget or req.num_blocks > free_blocks:
+            break
+        admitted.append(req.request_id)
+        free_seats, free_blocks = free_seats - 1, free_blocks - req.num_blocks
+        token_budget -= req.num_tokens
+    return admitted
 
 
 class ContinuousScheduler:
@@ -27,8 +60,11 @@ class ContinuousScheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  enable_chunked_prefill: bool = False, long_prefill_token_threshold: int = 0,
                  prefill_first: bool = False, policy: str = "fcfs", preemption_mode: str = "recompute",
-                 preemption_cost: PreemptionCost | None = None):
+                 preemption_cost: PreemptionCost | None = None,
+                 leave: Callable[[list[Request]], list[Request]] = requests_that_leave,
+                 plan: Callable[..., list[str]] = plan_admissions):
         self.blocks = block_manager
+        self.leave, self.plan = leave, plan   # lesson 02's two decisions; the course may plug in a learner's
         self.policy = policy
         self.preemption_mode, self.preemption_cost = preemption_mode, preemption_cost
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
@@ -94,7 +130,7 @@ class ContinuousScheduler:
 
     def update(self, out: SchedulerOutput) -> list[Request]:
         """Finished requests (the engine has set their status) leave now and free their blocks."""
-        done = [r for r in self.running if r.status.finished]
+        done = self.leave(self.running)
         for req in done:
             self.running.remove(req)
             self.blocks.free(req.request_id)
@@ -127,7 +163,11 @@ class ContinuousScheduler:
 
     def _admit(self, out: SchedulerOutput, keep_free: int) -> None:
         """Admit waiting requests, oldest first, while seats, tokens and blocks allow; keep_free
-        blocks stay for the running decodes that prefill_first schedules after admission."""
+        blocks stay for the running decodes that prefill_first schedules after admission. The plain
+        case is lesson 02's plan_admissions; chunked prefill and priorities (lesson 07) take the loop."""
+        if not self.chunked and self.policy == "fcfs":
+            self._admit_as_planned(out, keep_free)
+            return
         while self.waiting and not out.preempted and (not self.swapped or self._waiting_goes_first(self.swapped[0])):
             req = self.waiting[0]
             n = self._chunk_size(req, step_is_empty=not out.chunks)
@@ -140,13 +180,29 @@ class ContinuousScheduler:
                 if self.policy == "priority" and self.running and victim(self.running).priority > req.priority:
                     self._preempt(victim(self.running), out)
                 break
-            self.waiting.popleft()
-            self.blocks.allocate(req.request_id, n)
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            out.admitted.append(req)
-            out.chunks.append(ScheduledChunk(req, n, prefill=True))
-            self._budget -= n
+            self._start(self.waiting.popleft(), n, out)
+
+    def _admit_as_planned(self, out: SchedulerOutput, keep_free: int) -> None:
+        if out.preempted or self.swapped:   # no admission in a step that preempted; swapped requests go first
+            return
+        free_seats = self.max_num_seqs - len(self.running)
+        queue = [QueuedRequest(r.request_id, self._uncomputed(r), self.blocks.blocks_to_reserve(self._uncomputed(r), 0))
+                 for r in itertools.islice(self.waiting, free_seats + 1)]   # nobody past the seats can start
+        admitted = self.plan(queue, free_seats, self._budget, len(self.blocks.free_blocks) - keep_free, not out.chunks)
+        if len(admitted) > free_seats or list(admitted) != [q.request_id for q in queue[:len(admitted)]]:
+            raise ValueError(f"plan_admissions returned {admitted} for the queue {[q.request_id for q in queue]} "
+                             f"and {free_seats} free seats: it must admit the head of the queue, one per seat")
+        for _ in admitted:
+            req = self.waiting.popleft()
+            self._start(req, self._uncomputed(req), out)
+
+    def _start(self, req: Request, num_tokens: int, out: SchedulerOutput) -> None:
+        self.blocks.allocate(req.request_id, num_tokens)
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        out.admitted.append(req)
+        out.chunks.append(ScheduledChunk(req, num_tokens, prefill=True))
+        self._budget -= num_tokens
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         """Take the victim's KV blocks back, by swapping or recomputing (see policy.py); tokens it

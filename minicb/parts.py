@@ -1,0 +1,28 @@
+"""EngineParts: the one seam where the course plugs a learner's code into the real engine.
+
+Each field is a part a lesson asks you to write; the defaults are minicb's own, complete
+implementations. `minicb.course` fills the fields from exercises/ (yours) or solutions/ (the
+reference), and the engine runs whatever it is given, so a lesson's cells run your code.
+
+    lesson 02  requests_that_leave(running) -> the requests that leave this step
+               plan_admissions(queue, free_seats, token_budget, free_blocks, step_is_empty) -> ids to start
+    lesson 03  build_flat_batch(chunks, block_size, device) -> FlatBatch
+    lesson 04  block_manager: a BlockManager class whose allocate / append_slots / free you wrote
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from minicb.batch import FlatBatch
+from minicb.block_manager import BlockManager
+from minicb.request import Request
+from minicb.scheduler.continuous import plan_admissions, requests_that_leave
+
+
+@dataclass
+class EngineParts:
+    requests_that_leave: Callable[[list[Request]], list[Request]] = requests_that_leave
+    plan_admissions: Callable[..., list[str]] = plan_admissions
+    build_flat_batch: Callable[..., FlatBatch] = FlatBatch.build
+    block_manager: type[BlockManager] = BlockManager

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minicb_kernels.tiles import LOG2_E, check_cache, dot_dtype, interpreting, load_context_tile, \
+from minicb_kernels.tiles import LOG2_E, check_attention_inputs, dot_dtype, interpreting, load_context_tile, \
     online_softmax_update, padded_head_dim, pow2, tile_sizes
 
 
@@ -108,12 +108,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """q (B, H, hd), one row per sequence; caches (num_blocks, block_size, n_kv, hd) already holding
     the new token's K/V; seq_lens (B,); block_tables (B, M) -> out (B, H, hd).
     num_splits=None picks a split-KV factor for the GPU at hand."""
-    check_cache(k_cache, v_cache)
-    B, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
-    if num_heads % num_kv_heads:
-        raise ValueError(f"{num_heads} query heads cannot share {num_kv_heads} KV heads evenly")
-    assert q.stride(-1) == 1, "query rows must be contiguous along head_dim"
+    num_heads, num_kv_heads, head_dim = check_attention_inputs(q, k_cache, v_cache)
+    B = q.shape[0]
     out = torch.empty_like(q)
     if B == 0:
         return out

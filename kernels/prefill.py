@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minicb_kernels.tiles import LOG2_E, check_cache, dot_dtype, load_context_tile, online_softmax_update, \
+from minicb_kernels.tiles import LOG2_E, check_attention_inputs, dot_dtype, load_context_tile, online_softmax_update, \
     padded_head_dim, tile_sizes
 
 
@@ -70,12 +70,8 @@ def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      scale: float) -> torch.Tensor:
     """q (T, H, hd) packed by cu_seqlens_q (B+1,); caches (num_blocks, block_size, n_kv, hd) already
     holding every token's K/V; seq_lens (B,); block_tables (B, M) -> out (T, H, hd)."""
-    check_cache(k_cache, v_cache)
-    T, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
-    if num_heads % num_kv_heads:
-        raise ValueError(f"{num_heads} query heads cannot share {num_kv_heads} KV heads evenly")
-    assert q.stride(-1) == 1, "query rows must be contiguous along head_dim"
+    num_heads, num_kv_heads, head_dim = check_attention_inputs(q, k_cache, v_cache)
+    T = q.shape[0]
     out = torch.empty_like(q)
     if T == 0:
         return out

@@ -59,6 +59,18 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         raise ValueError("K and V caches need the same strides, contiguous along head_dim")
 
 
+def check_attention_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int, int]:
+    """(num_heads, num_kv_heads, head_dim) of queries q (rows, H, hd) over these caches."""
+    check_cache(k_cache, v_cache)
+    _, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads cannot share {num_kv_heads} KV heads evenly")
+    if q.stride(-1) != 1:
+        raise ValueError("query rows must be contiguous along head_dim")
+    return num_heads, num_kv_heads, head_dim
+
+
 @triton.jit
 def load_context_tile(cache_ptr, block_table_ptr, positions, context_len, kv_head,
                       stride_cache_block, stride_cache_slot, stride_cache_head,

@@ -65,7 +65,7 @@ def _pattern_id(pattern: str, color: str) -> str:
 
 
 def _pattern_def(pattern: str, color: str) -> str:
-    lines = "M0,0 L0,6" if pattern == "hatch" else "M0,0 L0,6 M0,3 L6,3"
+    lines = "M3,0 L3,6" if pattern == "hatch" else "M3,0 L3,6 M0,3 L6,3"
     return (f'<pattern id="{_pattern_id(pattern, color)}" width="6" height="6" patternUnits="userSpaceOnUse" '
             f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/>'
             f'<path d="{lines}" stroke="{color}" stroke-width="2.5"/></pattern>')

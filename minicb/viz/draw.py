@@ -85,7 +85,7 @@ def svg_grid(cells: list[Cell], patterns: dict[str, str], cw: int, ch: int, x0: 
             patterns.setdefault(_pattern_id(c.pattern, c.color), _pattern_def(c.pattern, c.color))
             fill = f"url(#{_pattern_id(c.pattern, c.color)})"
         rects.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="{fill}"{data}/>')
-        if c.level < 1 and c.level > 0:
+        if 0 < c.level < 1:
             filled = max(1, round(h * c.level))
             rects.append(f'<rect x="{x}" y="{y + h - filled}" width="{w}" height="{filled}" fill="{c.color}"/>')
     return "\n".join(rects)

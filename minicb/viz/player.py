@@ -14,6 +14,8 @@ Render = Callable[[Trace, int], str]
 
 
 class Player:
+    """Play + slider over render(trace, step) for each trace; `.widget` is the ipywidgets box it displays."""
+
     def __init__(self, render: Render, traces: list[Trace], titles: list[str] | None = None,
                  frame: export.Frame | None = None):
         import ipywidgets as w   # here, not at the top: `import minicb.viz` must work without it
@@ -27,7 +29,7 @@ class Player:
         self.play = w.Play(value=last, min=0, max=last, step=max(1, -(-last // 100)), interval=100)
         self.slider = w.IntSlider(value=last, min=0, max=last, description="step")
         w.jslink((self.play, "value"), (self.slider, "value"))
-        self.views = [w.HTML() for _ in traces]
+        self.views = [w.HTML(layout=w.Layout(margin="0 24px 0 0")) for _ in traces]
         self.slider.observe(self._show, names="value")
         self.play.observe(self._rewind, names="playing")
         self._show()

@@ -56,6 +56,10 @@ TASKS = [
     Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate", "blocks for a new sequence"),
     Task(4, 2, "lesson04_paged_kv", "PagedAllocator.append_slots", "a new block only when the last one is full"),
     Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back"),
+    Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
+    Task(6, 1, "lesson06_preemption", "choose_victim", "the running request that gives way"),
+    Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
+    Task(7, 1, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
 ]
 
 
@@ -132,22 +136,31 @@ def allocator_class(mine: type[BlockManager]) -> type[BlockManager]:
     return type(mine.__name__, (mine,), methods)
 
 
-def parts(which: str | None = None) -> EngineParts:
+def parts(which: str | None = None, decode_kernel: bool = False) -> EngineParts:
     """The engine's lesson parts from exercises/ or solutions/, each falling back to minicb's own
-    while it is still a stub."""
-    l02, l03, l04 = (lesson(m, which) for m in ("lesson02_continuous", "lesson03_selective", "lesson04_paged_kv"))
+    while it is still a stub. decode_kernel: also lesson 05's kernel (it needs Triton)."""
+    l02, l03, l04, l06 = (lesson(m, which) for m in ("lesson02_continuous", "lesson03_selective",
+                                                      "lesson04_paged_kv", "lesson06_preemption"))
     reference = EngineParts()
+    decode = None
+    if decode_kernel:
+        from minicb_kernels import paged_decode_attention
+
+        decode = with_fallback(lesson("lesson05_triton", which).paged_decode_attention, paged_decode_attention)
     return EngineParts(
         requests_that_leave=with_fallback(l02.requests_that_leave, reference.requests_that_leave),
         plan_admissions=with_fallback(l02.plan_admissions, reference.plan_admissions),
         build_flat_batch=with_fallback(l03.build_flat_batch, reference.build_flat_batch),
-        block_manager=allocator_class(l04.PagedAllocator))
+        block_manager=allocator_class(l04.PagedAllocator),
+        paged_decode_attention=decode,
+        choose_victim=with_fallback(l06.choose_victim, reference.choose_victim),
+        should_swap=with_fallback(l06.should_swap, reference.should_swap))
 
 
 def llm(model: str | None = None, **config: Any) -> LLM:
-    """minicb's LLM with this course's parts plugged in."""
-    return LLM(model, parts=parts(), **config)
+    """minicb's LLM with this course's parts plugged in (lesson 05's kernel with attn_backend="triton")."""
+    return LLM(model, parts=parts(decode_kernel=config.get("attn_backend") == "triton"), **config)
 
 
 def engine(**config: Any) -> LLMEngine:
-    return LLMEngine(parts=parts(), **config)
+    return LLMEngine(parts=parts(decode_kernel=config.get("attn_backend") == "triton"), **config)

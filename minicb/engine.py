@@ -66,7 +66,7 @@ class LLMEngine:
         else:
             self.runner = ModelRunner(c.model, device=device, dtype=dtype, num_blocks=num_blocks,
                                       block_size=c.block_size, attn_backend=c.attn_backend,
-                                      num_swap_blocks=num_swap_blocks)
+                                      num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention)
         self.tokenizer = self.runner.tokenizer
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         self.detokenize = self.tokenizer is not None and not c.simulate
@@ -87,7 +87,8 @@ class LLMEngine:
                                                  prefill_first=c.schedule_priority == "prefill_first",
                                                  policy=c.scheduling_policy, preemption_mode=c.preemption_mode,
                                                  preemption_cost=cost, leave=parts.requests_that_leave,
-                                                 plan=parts.plan_admissions)
+                                                 plan=parts.plan_admissions, choose_victim=parts.choose_victim,
+                                                 swap_is_cheaper=parts.should_swap)
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")

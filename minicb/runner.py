@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -51,11 +52,12 @@ def load_tokenizer(folder: Path):
 class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
-                 attn_backend: str = "torch", num_swap_blocks: int = 0):
+                 attn_backend: str = "torch", num_swap_blocks: int = 0,
+                 decode_attention: Callable[..., torch.Tensor] | None = None):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
         self.device = resolve_device(device)
-        self.attention, self.attn_backend = select_backend(attn_backend, self.device)
+        self.attention, self.attn_backend = select_backend(attn_backend, self.device, decode_attention)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)

@@ -1,6 +1,7 @@
 """Attention backends: who computes attention over the flat batch, and how one is chosen."""
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Callable
 
@@ -18,12 +19,16 @@ BACKENDS: dict[str, AttentionBackend] = {
 }
 
 
-def select_backend(name: str, device: torch.device) -> tuple[AttentionBackend, str]:
+def select_backend(name: str, device: torch.device,
+                   decode: Callable[..., torch.Tensor] | None = None) -> tuple[AttentionBackend, str]:
     """The backend called `name`, and the name of the one actually used: 'triton' falls back to
-    'torch', with a warning that says why and what to do, where its kernels cannot run."""
+    'torch', with a warning that says why and what to do, where its kernels cannot run. `decode`
+    replaces the triton backend's paged decode kernel (lesson 05)."""
     if name not in BACKENDS:
         raise ValueError(f"attn_backend={name!r} is unknown; use one of {', '.join(BACKENDS)}")
     if name == "triton" and (reason := unavailable_reason(device)) is not None:
         warnings.warn(f"attn_backend='triton' falls back to 'torch': {reason}", RuntimeWarning, stacklevel=3)
         name = "torch"
+    if name == "triton" and decode is not None:
+        return functools.partial(triton_attention, decode=decode), name
     return BACKENDS[name], name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Callable
 
 import torch
 
@@ -37,12 +38,15 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q (T, H, hd), k/v (T, n_kv, hd) for the new tokens -> attention output (T, H, hd)."""
+                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                     decode: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+    """q (T, H, hd), k/v (T, n_kv, hd) for the new tokens -> attention output (T, H, hd). `decode`
+    replaces the paged decode kernel (lesson 05 plugs in a learner's)."""
     from minicb_kernels import paged_decode_attention, store_kv, varlen_attention
 
     store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
     if meta.max_seqlen_q == 1:
-        return paged_decode_attention(q, k_cache, v_cache, meta.seq_lens, meta.block_tables, meta.max_seq_len, scale)
+        return (decode or paged_decode_attention)(q, k_cache, v_cache, meta.seq_lens, meta.block_tables,
+                                                  meta.max_seq_len, scale)
     return varlen_attention(q, k_cache, v_cache, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables,
                             meta.max_seqlen_q, scale)

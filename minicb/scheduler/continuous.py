@@ -21,7 +21,7 @@ from typing import Callable
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
 from minicb.scheduler import ScheduledChunk, SchedulerOutput
-from minicb.scheduler.policy import PreemptionCost, rank, victim
+from minicb.scheduler.policy import PreemptionCost, rank, should_swap, victim
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,13 @@ class ContinuousScheduler:
                  prefill_first: bool = False, policy: str = "fcfs", preemption_mode: str = "recompute",
                  preemption_cost: PreemptionCost | None = None,
                  leave: Callable[[list[Request]], list[Request]] = requests_that_leave,
-                 plan: Callable[..., list[str]] = plan_admissions):
+                 plan: Callable[..., list[str]] = plan_admissions,
+                 choose_victim: Callable[[list[Request]], Request] = victim,
+                 swap_is_cheaper: Callable[[PreemptionCost, int], bool] = should_swap):
         self.blocks = block_manager
-        self.leave, self.plan = leave, plan   # lesson 02's two decisions; the course may plug in a learner's
+        # Lesson 02's two decisions and lesson 06's two: the course may plug in a learner's.
+        self.leave, self.plan = leave, plan
+        self.victim, self.swap_is_cheaper = choose_victim, swap_is_cheaper
         self.policy = policy
         self.preemption_mode, self.preemption_cost = preemption_mode, preemption_cost
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
@@ -155,7 +159,7 @@ class ContinuousScheduler:
         for req in candidates:
             n = self._chunk_size(req, step_is_empty=not out.chunks) if req in self.running else 0
             while n and req in self.running and not self.blocks.can_append(req.request_id, n):
-                self._preempt(victim(self.running), out)
+                self._preempt(self.victim(self.running), out)
             if n and req in self.running:
                 self.blocks.append_slots(req.request_id, n)
                 out.chunks.append(ScheduledChunk(req, n, prefill=self._uncomputed(req) > 1))
@@ -177,8 +181,8 @@ class ContinuousScheduler:
             if no_seat or self.blocks.blocks_to_reserve(n, 0) > len(self.blocks.free_blocks) - keep_free:
                 # Under the priority policy a more urgent request evicts a less urgent one; it is
                 # admitted next step (never in a step that preempted).
-                if self.policy == "priority" and self.running and victim(self.running).priority > req.priority:
-                    self._preempt(victim(self.running), out)
+                if self.policy == "priority" and self.running and self.victim(self.running).priority > req.priority:
+                    self._preempt(self.victim(self.running), out)
                 break
             self._start(self.waiting.popleft(), n, out)
 
@@ -236,4 +240,4 @@ class ContinuousScheduler:
         """Swap when the mode says so and the swap pool has room (else fall back to recompute)."""
         if self.preemption_mode == "recompute" or not self.blocks.can_swap_out(req.request_id):
             return False
-        return self.preemption_mode == "swap" or self.preemption_cost.prefer_swap(req.num_computed_tokens)
+        return self.preemption_mode == "swap" or self.swap_is_cheaper(self.preemption_cost, req.num_computed_tokens)

@@ -29,6 +29,7 @@ def rank(req: Request) -> tuple[int, float, int]:
 
 
 def victim(running: list[Request]) -> Request:
+    """The running request that gives way: the last in serving order (see rank)."""
     return max(running, key=rank)
 
 
@@ -51,21 +52,24 @@ class PreemptionCost:
     def swap_s(self, tokens: int) -> float:
         return self.swap_fixed + self.swap_per_token * tokens
 
-    def prefer_swap(self, tokens: int) -> bool:
-        return self.swap_s(tokens) < self.recompute_s(tokens)
-
     def crossover_tokens(self) -> float:
         """The shortest context for which swapping is cheaper: 0 if always, inf if never. Recompute
         grows faster than swap (the square term), so past one crossing swap stays cheaper."""
         lo, hi = 0, 1 << 20
-        if self.prefer_swap(lo):
+        if should_swap(self, lo):
             return 0.0
-        if not self.prefer_swap(hi):
+        if not should_swap(self, hi):
             return float("inf")
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if self.prefer_swap(mid) else (mid, hi)
+            lo, hi = (lo, mid) if should_swap(self, mid) else (mid, hi)
         return float(hi)
+
+
+def should_swap(cost: PreemptionCost, num_tokens: int) -> bool:
+    """The "auto" mode's choice for a victim with num_tokens of context: swap when moving its KV out
+    and back is cheaper than prefilling it again."""
+    return cost.swap_s(num_tokens) < cost.recompute_s(num_tokens)
 
 
 def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:

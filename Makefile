@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab test demo soak
+.PHONY: lab test demo soak notebooks
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -19,9 +19,14 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 # The tests grade the reference solutions (MINICB_IMPL=solutions); tests/test_course.py also runs the
-# exercise tests against the stubs, where each must fail with its own task's message.
+# exercise tests against the stubs, where each must fail with its own task's message. nbval runs every
+# lesson and compares the outputs it checks with the ones stored in the notebook.
 test: $(STAMP)
-	MINICB_IMPL=solutions $(PY) -m pytest
+	MINICB_IMPL=solutions $(PY) -m pytest tests notebooks --nbval --nbval-current-env
+
+# Re-run every lesson and store its fresh outputs (after changing a lesson or the engine).
+notebooks: $(STAMP)
+	MINICB_IMPL=solutions $(PY) tools/check_notebooks.py --write
 
 demo: $(STAMP)
 	$(PY) -m minicb demo --max-tokens 120

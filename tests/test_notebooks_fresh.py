@@ -1,0 +1,87 @@
+"""Static checks of the course notebooks (fast; nothing is executed here).
+
+The execution check is nbval (`pytest --nbval notebooks/`, with MINICB_IMPL=solutions), and
+`python tools/check_notebooks.py` compares fresh outputs with the stored ones. These tests make
+sure the notebooks are stored the way those checks and GitHub readers need them: every code cell
+has its outputs saved, and every cell whose output depends on the machine (timings, versions,
+widgets) starts with `# NBVAL_IGNORE_OUTPUT` so that nbval does not compare it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+IGNORE = "# NBVAL_IGNORE_OUTPUT"
+
+# What makes an output depend on the machine: the clock, versions, and interactive widgets. Simulated
+# times (the simulator's clock) are deterministic, so throughput from `simulate=True` runs may be checked.
+MACHINE_DEPENDENT = r"perf_counter|time\.time\(|\.duration\b|__version__|platform\.|ttft|e2e|queue_time|token_times"
+WIDGETS = r"^(SlotOccupancy|KVBlockMap|Timeline)\(|latency_cdf\("
+
+
+def code_cells(path: Path) -> list[dict]:
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no .ipynb files"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_cell_was_run_and_stored(path: Path):
+    missing = [i for i, c in enumerate(code_cells(path)) if c.get("execution_count") is None]
+    assert not missing, (f"{path.name}: code cells {missing} have no stored outputs; store them with "
+                         f"`python tools/check_notebooks.py --write notebooks/{path.name}`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_errors(path: Path):
+    errors = [i for i, c in enumerate(code_cells(path)) if any(o["output_type"] == "error" for o in c.get("outputs", []))]
+    assert not errors, f"{path.name}: code cells {errors} stored an error"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_machine_dependent_cells_are_ignored_by_nbval(path: Path):
+    """A cell that prints a time or a version, or shows a widget, must not be compared by nbval."""
+    bad = []
+    for i, cell in enumerate(code_cells(path)):
+        text = source(cell)
+        if text.lstrip().startswith(IGNORE):
+            continue
+        lines = text.splitlines()
+        shown = [line for line in lines if "print(" in line] + lines[-1:]   # printed, or the cell's value
+        if any(re.search(MACHINE_DEPENDENT, line) for line in shown) or any(re.search(WIDGETS, line) for line in lines):
+            bad.append(i)
+    assert not bad, f"{path.name}: code cells {bad} show machine-dependent output without '{IGNORE}' as first line"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_structure(path: Path):
+    """Title, what you will learn, what to remember, and (but for the last lesson) a link onward."""
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# "), "no title cell"
+    assert "## What you will learn" in text
+    assert "## What to remember" in text
+    if not path.name.startswith("00"):
+        assert "Recap of lesson" in text
+    assert "**Next:**" in text
+    for link in re.findall(r"\]\(([^)#]+\.ipynb)\)", text):
+        assert (path.parent / link).exists(), f"{path.name} links to {link}, which does not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_name_their_check_command(path: Path):
+    text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+    for module, symbol in re.findall(r"exercises/(lesson\d\d_\w+)\.py::([\w.]+)", text):
+        lesson = module[len("lesson"):len("lesson") + 2]
+        assert re.search(rf"pytest tests/exercises -k lesson{lesson}_task\d", text), \
+            f"{path.name}: exercise {module}.{symbol} without its check command"

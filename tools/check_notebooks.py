@@ -52,8 +52,10 @@ def comparable(outputs) -> list[tuple[str, str]]:
 
 def execute(path: Path, timeout: int = 600):
     nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop("widgets", None)
     os.environ["MINICB_IMPL"] = "solutions"   # the kernel inherits this process's environment
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    # No widget state in the file: it is large, changes every run, and the still images show the views.
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     return nb

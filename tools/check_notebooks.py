@@ -12,6 +12,7 @@ its first line is `# NBVAL_IGNORE_OUTPUT`; the comparison covers stream text and
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -50,6 +51,10 @@ def comparable(outputs) -> list[tuple[str, str]]:
     return parts
 
 
+def render(parts: list[tuple[str, str]]) -> list[str]:
+    return [f"[{kind}] {line}" for kind, text in parts for line in text.splitlines()]
+
+
 def execute(path: Path, timeout: int = 600):
     nb = nbformat.read(path, as_version=4)
     nb.metadata.pop("widgets", None)
@@ -71,8 +76,8 @@ def diff(stored, fresh, name: str) -> list[str]:
         a, b = comparable(old.get("outputs", [])), comparable(new.get("outputs", []))
         if a != b:
             first = new.source.splitlines()[0] if new.source else ""
-            problems.append(f"{name}: code cell {i} ({first[:60]!r}) is stale:\n  stored: {a!r:.300}\n"
-                            f"  fresh:  {b!r:.300}")
+            changed = "\n".join(list(difflib.unified_diff(render(a), render(b), "stored", "fresh", lineterm="", n=0))[2:12])
+            problems.append(f"{name}: code cell {i} ({first[:60]!r}) is stale:\n{changed}")
     return problems
 
 

@@ -34,3 +34,21 @@ demo: $(STAMP)
 # The deep reliability run: 10,500 random schedules (10,000 simulated, 500 on the real Bard model).
 soak: $(STAMP)
 	$(PY) -m pytest tests/test_reliability.py --hypothesis-profile=soak -q
+
+# The browser test (tests/e2e/): JupyterLab runs lessons 01 and 04 and Chromium plays their widgets.
+# Debian's chromium (apt; never `playwright install`) and Playwright for Python, pinned in constraints.txt
+# but kept out of the main install. Without them tests/e2e skips, so `make test` runs it only where present.
+CHROMIUM ?= /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+.PHONY: e2e e2e-deps figures
+
+e2e-deps: $(STAMP)
+	test -x $(CHROMIUM) || ($(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	$(PY) -m pip install --quiet -c constraints.txt playwright
+
+e2e: e2e-deps
+	MINICB_IMPL=solutions MINICB_CHROMIUM=$(CHROMIUM) $(PY) -m pytest tests/e2e -q
+
+# The README's figures (docs/figures/), from the widgets' own export on seeded simulator runs.
+figures: $(STAMP)
+	$(PY) tools/figures.py

@@ -1,0 +1,291 @@
+"""End to end in a real browser: JupyterLab runs lessons 01 and 04, and the widgets play in Chromium.
+
+The kernel-side widget tests (tests/test_viz.py) cannot see the browser half: the widget manager, the
+Play button's jslink to the slider, and the HTML views re-rendered as the slider moves. This test drives
+all of it the way a learner does: open the lesson, Run > Run All Cells, press Play, and read the SVG the
+widgets draw (data-* attributes and the .minicb-counters text) at several moments.
+
+Needs Debian's /usr/bin/chromium (or MINICB_CHROMIUM) and the playwright package (`make e2e-deps`);
+without either it skips at once. Screenshots and the server log go to build/e2e/.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("MINICB_CHROMIUM", "/usr/bin/chromium")
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(f"no Chromium at {CHROMIUM} (make e2e installs Debian's chromium)", allow_module_level=True)
+if importlib.util.find_spec("playwright") is None:
+    pytest.skip("playwright is not installed (make e2e-deps installs it)", allow_module_level=True)
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build" / "e2e"
+NOTEBOOKS = REPO / "notebooks"
+JUPYTER = Path(sys.executable).parent / "jupyter"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+RUN_ALL_TIMEOUT_MS = 240_000   # a lesson runs all its cells in about a minute on 2 shared cores
+LESSONS = ["01_static_batching.ipynb", "04_paged_kv_cache.ipynb"]
+WIDGET_ERRORS = ["Error displaying widget", "Failed to load model class", "widget manager",
+                 "Could not create a model", "Model not found"]
+
+# Lab settings for a run nobody watches: no news toast, and no autosave (the lessons in notebooks/ must
+# stay exactly as committed; their fresh outputs live only in the browser).
+USER_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A JupyterLab server on a free loopback port, its config, runtime and data dirs under build/e2e/."""
+
+    def __init__(self) -> None:
+        self.port, self.token = free_port(), secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        home = BUILD / "jupyter"
+        env = dict(os.environ, MINICB_IMPL="solutions", JUPYTER_CONFIG_DIR=str(home / "config"),
+                   JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_DATA_DIR=str(home / "data"),
+                   JUPYTERLAB_SETTINGS_DIR=str(home / "config" / "lab" / "user-settings"),
+                   JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), PYTHONUNBUFFERED="1")
+        for name, settings in USER_SETTINGS.items():
+            path = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(settings))
+        self.log_path = BUILD / "jupyter.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [str(JUPYTER), "lab", "--no-browser", "--allow-root", f"--ServerApp.token={self.token}",
+             f"--port={self.port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
+             f"--notebook-dir={NOTEBOOKS}", "--LabApp.news_url=None"],
+            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def get(self, path: str, timeout: float = 5):
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return json.loads(r.read() or b"null")
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                self.get("/api/status")
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"jupyter lab did not answer in {timeout:.0f} s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()[-4000:]
+
+    def stop(self) -> None:
+        """SIGTERM by PID: the server shuts its kernels down, then exits. SIGKILL if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def lab():
+    BUILD.mkdir(parents=True, exist_ok=True)
+    before = {NOTEBOOKS / name: (NOTEBOOKS / name).read_bytes() for name in LESSONS}
+    server = Lab()
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+    changed = [p.name for p, data in before.items() if p.read_bytes() != data]
+    assert not changed, f"the browser run changed committed notebooks: {changed}"
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    with sync_playwright() as p:
+        # launch() gives every run a fresh, temporary user-data-dir, removed on close.
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Lesson:
+    """One lesson open in its own browser page, with every page error and console error recorded."""
+
+    def __init__(self, browser, lab: Lab, notebook: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1500, "height": 1000})
+        self.page: Page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.errors: list[str] = []
+        self.console: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("console", lambda m: self.console.append(m.text) if m.type == "error" else None)
+        self.page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}")
+        self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+
+    def run_all(self, widget_selector: str) -> None:
+        """Run > Run All Cells once the kernel is up, then wait for the widget and for the last cell to finish."""
+        page = self.page
+        # The kernel named in the notebook's metadata is up and idle ("No Kernel | Initializing" before):
+        # Run All before that would open the "Select Kernel" dialog.
+        page.get_by_text(re.compile(r"^Python 3 \(ipykernel\) \| Idle$")).wait_for(timeout=90_000)
+        page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        page.wait_for_selector(f".jp-OutputArea-output {widget_selector}", timeout=RUN_ALL_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => ![...document.querySelectorAll('.jp-InputPrompt')].some(e => e.textContent.includes('*'))",
+            timeout=60_000)
+        self.check()
+
+    def check(self) -> None:
+        """No page errors, no widget errors, no cell that raised."""
+        body = self.page.locator(".jp-Notebook").inner_text()
+        problems = [f"'{e}' shown in the notebook" for e in WIDGET_ERRORS if e.lower() in body.lower()]
+        problems += [f"console error: {m}" for m in self.console
+                     if any(e.lower() in m.lower() for e in WIDGET_ERRORS)]
+        errors = self.page.locator("[data-mime-type='application/vnd.jupyter.error']")
+        if errors.count():
+            problems.append("a cell raised:\n" + errors.first.inner_text()[-2000:])
+        # Without a widget manager a widget falls back to its text repr, e.g. "VBox(children=(...".
+        if re.search(r"^VBox\(children=", body, re.M):
+            problems.append("a widget shown as text: no widget manager in the page")
+        assert not (problems + self.errors), "\n".join(problems + self.errors)
+
+    def press_play(self, widget: str) -> None:
+        box = self.page.locator(f".widget-vbox:has({widget})").last
+        box.scroll_into_view_if_needed()
+        box.locator(".widget-play button").first.click()
+        # Play at the last step starts the run over: wait until the views have gone back to the start.
+        self.page.wait_for_function(
+            """sel => [...document.querySelectorAll(sel + ' .minicb-counters')].every(c => {
+                const m = c.textContent.match(/step (\\d+)\\/(\\d+)/); return m && +m[1] < +m[2]; })""",
+            arg=widget, timeout=15_000)
+
+    def sample(self, widget: str, seconds: float, every: float = 0.25) -> list[dict]:
+        """What the widget's views show, every `every` seconds for `seconds`: counters and per-cell data."""
+        script = """sel => [...document.querySelectorAll(sel)].map(v => ({
+            counters: v.querySelector('.minicb-counters')?.textContent ?? '',
+            cells: [...v.querySelectorAll('rect')].filter(r => r.attributes.length && r.dataset &&
+                   Object.keys(r.dataset).length).map(r => ({...r.dataset, fill: r.getAttribute('fill')})),
+        }))"""
+        samples, deadline = [], time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            samples.append({"t": time.monotonic(), "views": self.page.evaluate(script, widget)})
+            time.sleep(every)
+        return samples
+
+    def screenshot(self, widget: str, name: str) -> Path:
+        path = BUILD / name
+        self.page.locator(f".widget-vbox:has({widget})").last.screenshot(path=str(path))
+        return path
+
+
+@contextlib.contextmanager
+def open_lesson(browser, lab: Lab, notebook: str):
+    """The lesson's page; on a failure its full-page screenshot goes to build/e2e/failure_<notebook>.png."""
+    lesson = Lesson(browser, lab, notebook)
+    try:
+        yield lesson
+        lesson.check()
+    except BaseException:
+        lesson.page.screenshot(path=str(BUILD / f"failure_{Path(notebook).stem}.png"), full_page=True)
+        raise
+    finally:
+        lesson.context.close()   # no beforeunload: the unsaved notebook is simply dropped
+
+
+def step_of(counters: str) -> tuple[int, int]:
+    match = re.search(r"step (\d+)/(\d+)", counters)
+    assert match, f"no 'step k/n' in the counters: {counters!r}"
+    return int(match[1]), int(match[2])
+
+
+def test_lesson01_slot_occupancy_plays(lab, browser):
+    with open_lesson(browser, lab, LESSONS[0]) as lesson:
+        lesson.run_all(".minicb-slots")
+        views = lesson.page.locator(".widget-vbox:has(.minicb-slots) .minicb-slots")
+        assert views.count() == 2, "SlotOccupancy shows two runs side by side"
+        end = lesson.sample(".minicb-slots", 0.01)[0]["views"]
+        assert all(step_of(v["counters"])[0] == step_of(v["counters"])[1] for v in end), "starts at the last step"
+        assert all(v["cells"] for v in end), "the slot grid has cells"
+
+        lesson.press_play(".minicb-slots")
+        samples = lesson.sample(".minicb-slots", 3.0)
+        lesson.screenshot(".minicb-slots", "lesson01_slots.png")
+        runs = [[s["views"][i] for s in samples] for i in range(2)]
+        for i, frames in enumerate(runs):
+            steps = [step_of(f["counters"])[0] for f in frames]
+            counts = [len(f["cells"]) for f in frames]
+            assert len(set(steps)) >= 3, f"view {i}: the step did not advance while playing: {steps}"
+            assert steps == sorted(steps), f"view {i}: steps went backwards while playing: {steps}"
+            assert len(set(counts)) >= 3 and counts == sorted(counts), f"view {i}: cells drawn per frame {counts}"
+            # The grid really changes, not only the caption: a later frame holds cells the first did not.
+            first = {(c["seat"], c["step"], c["request"], c["fill"]) for c in frames[0]["cells"]}
+            later = {(c["seat"], c["step"], c["request"], c["fill"]) for c in frames[-1]["cells"]}
+            assert later > first, f"view {i}: a later frame should extend the earlier one"
+            # Within a frame, a cell's colour says who holds the seat: one request, one colour.
+            fills = {}
+            for c in frames[-1]["cells"]:
+                if c["request"] and c["phase"] == "decode":
+                    fills.setdefault(c["request"], set()).add(c["fill"])
+            assert fills and all(len(f) == 1 for f in fills.values()), f"view {i}: decode colours {fills}"
+            assert len(fills) > 1, f"view {i}: several requests drawn in their own colours"
+
+
+def test_lesson04_kv_block_map_plays(lab, browser):
+    with open_lesson(browser, lab, LESSONS[1]) as lesson:
+        lesson.run_all(".minicb-kvblocks")
+        end = lesson.sample(".minicb-kvblocks", 0.01)[0]["views"][0]
+        states = [c["state"] for c in end["cells"]]
+        assert len(states) == 48, f"the pool of 48 blocks is drawn, got {len(states)}"
+        assert states.count("free") == 48, "at the end of the run every block is back in the pool"
+
+        lesson.press_play(".minicb-kvblocks")
+        samples = lesson.sample(".minicb-kvblocks", 3.0)
+        lesson.screenshot(".minicb-kvblocks", "lesson04_kvblocks.png")
+        seen = []
+        for s in samples:
+            view = s["views"][0]
+            states = [c["state"] for c in view["cells"]]
+            used, reserved, free = states.count("used"), states.count("reserved"), states.count("free")
+            # The caption and the drawn blocks must tell the same story.
+            numbers = re.search(r"used (\d+) · reserved-empty (\d+) · free (\d+)", view["counters"])
+            assert numbers and tuple(map(int, numbers.groups())) == (used, reserved, free), view["counters"]
+            seen.append((step_of(view["counters"])[0], used, free))
+        steps = [s for s, _, _ in seen]
+        assert len(set(steps)) >= 3 and steps == sorted(steps), f"the step did not advance while playing: {steps}"
+        assert len({u for _, u, _ in seen}) >= 2 and len({f for _, _, f in seen}) >= 2, \
+            f"used and free block counts should change as steps advance: {seen}"
+        assert any(u > 0 for _, u, _ in seen), f"blocks are in use while the run plays: {seen}"

@@ -23,10 +23,10 @@ from minicb.workload import make_workload, run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SEATS = 4          # the occupancy GIF: 10 requests, 4 seats, every third step (72 frames)
-SLOT_WORK = dict(n=10, lengths="heavy", seed=1, max_tokens=200)
-KV_WORK = dict(n=12, lengths="heavy", seed=1, max_tokens=200)   # 8 seats, 48 blocks of 16, model length 256
+SLOT_WORK = {"n": 10, "lengths": "heavy", "seed": 1, "max_tokens": 200}
+KV_WORK = {"n": 12, "lengths": "heavy", "seed": 1, "max_tokens": 200}   # 8 seats, 48 blocks of 16, model length 256
 KV_STEP = 20
-LATENCY_WORK = dict(n=64, lengths="heavy", seed=0, max_tokens=512)   # 8 seats
+LATENCY_WORK = {"n": 64, "lengths": "heavy", "seed": 0, "max_tokens": 512}   # 8 seats
 
 
 def run(work: dict, **engine_args):

@@ -32,7 +32,7 @@ if not os.access(CHROMIUM, os.X_OK):
 if importlib.util.find_spec("playwright") is None:
     pytest.skip("playwright is not installed (make e2e-deps installs it)", allow_module_level=True)
 
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, sync_playwright
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "e2e"
@@ -76,7 +76,7 @@ class Lab:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(settings))
         self.log_path = BUILD / "jupyter.log"
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, "w")   # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             [str(JUPYTER), "lab", "--no-browser", "--allow-root", f"--ServerApp.token={self.token}",
              f"--port={self.port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
@@ -179,7 +179,7 @@ class Lesson:
         if errors.count():
             problems.append("a cell raised:\n" + errors.first.inner_text()[-2000:])
         # Without a widget manager a widget falls back to its text repr, e.g. "VBox(children=(...".
-        if re.search(r"^VBox\(children=", body, re.M):
+        if re.search(r"^VBox\(children=", body, re.MULTILINE):
             problems.append("a widget shown as text: no widget manager in the page")
         assert not (problems + self.errors), "\n".join(problems + self.errors)
 

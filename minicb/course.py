@@ -63,10 +63,6 @@ TASKS = [
 ]
 
 
-def task(symbol: str) -> Task:
-    return next(t for t in TASKS if t.symbol == symbol)
-
-
 def impl() -> str:
     name = os.environ.get(IMPL_VARIABLE, "exercises")
     if name not in IMPLS:

@@ -12,9 +12,9 @@ import random
 from dataclasses import dataclass
 
 from minicb.engine import LLMEngine
-from minicb.metrics import percentile
+from minicb.metrics import summarize
 from minicb.sampling import SamplingParams
-from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths
+from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 
 
 @dataclass(frozen=True)
@@ -48,24 +48,21 @@ def slo_workload(n: int = 400, rate: float = 40.0, long_every: int = 10, seed: i
     lengths = output_lengths(n, "heavy", seed, max_len=256)
     times = arrival_times(n, rate, seed)
     return [WorkloadRequest(p, SamplingParams(temperature=0.0, max_tokens=k, ignore_eos=True), t)
-            for i, (p, k, t) in enumerate(zip(prompts, lengths, times))]
+            for p, k, t in zip(prompts, lengths, times)]
 
 
 def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[WorkloadRequest] | None = None,
               num_blocks: int = 2048) -> SloReport:
     """Run the workload on the simulator with these EngineConfig overrides and judge the result."""
-    from minicb.workload import run_workload
-
     engine = LLMEngine(device="cpu", simulate=True, num_blocks=num_blocks, **config)
     outputs = run_workload(engine, workload or slo_workload(), progress=False)
+    summary = summarize(outputs, engine.trace)
     served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
-    ttfts = [o.metrics.ttft for o in served]
-    itls = [gap for o in served for gap in o.metrics.itl]
     good = [o for o in served if o.metrics.ttft <= target.ttft_p99_s
             and max(o.metrics.itl, default=0.0) <= target.itl_p99_s]
     span = max(o.metrics.finished_time for o in served) - min(o.metrics.arrival_time for o in outputs)
     rejected = len(outputs) - len(served)
-    ttft_p99, itl_p99 = percentile(ttfts, 99), percentile(itls, 99)
+    ttft_p99, itl_p99 = summary["ttft"]["p99"], summary["itl"]["p99"]
     met = (ttft_p99 <= target.ttft_p99_s and itl_p99 <= target.itl_p99_s
            and rejected <= target.max_rejected_fraction * len(outputs))
     return SloReport(len(served), rejected, ttft_p99, itl_p99, len(good) / span, met)

@@ -63,8 +63,13 @@ class Trace:
     @property
     def slot_utilization(self) -> float:
         """Useful slot-steps / all slot-steps: how much of the batch's capacity did real work."""
-        total = sum(len(s.slots) for s in self.steps)
-        return sum(s.useful_slots for s in self.steps) / total if total else 0.0
+        return self.slot_utilization_until(len(self.steps) - 1)
+
+    def slot_utilization_until(self, step: int) -> float:
+        """The same over steps 0..step (what a widget playing the run has shown so far)."""
+        played = self.steps[:step + 1]
+        total = sum(len(s.slots) for s in played)
+        return sum(s.useful_slots for s in played) / total if total else 0.0
 
     @property
     def padding_waste(self) -> float:

@@ -38,11 +38,8 @@ def slot_frame(trace: Trace, step: int) -> tuple[list[Cell], int, int, str]:
 
 
 def slot_counters(trace: Trace, step: int) -> str:
-    played = trace.steps[:step + 1]
-    useful = sum(r.useful_slots for r in played)
-    total = sum(len(r.slots) for r in played)
-    finished = sum(len(r.finished) for r in played)
-    pct = 100 * useful / total if total else 0
+    finished = sum(len(r.finished) for r in trace.steps[:step + 1])
+    pct = 100 * trace.slot_utilization_until(step)
     return (f"step {step + 1}/{len(trace.steps)} · utilization so far {pct:.0f}% · finished {finished} · "
             f"waiting {trace.steps[step].waiting}")
 

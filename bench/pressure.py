@@ -16,19 +16,20 @@ from pathlib import Path
 
 from minicb import LLMEngine, SamplingParams
 from minicb.metrics import percentile, summarize
+from minicb.request import RequestOutput
 from minicb.scheduler.policy import measure_preemption_cost
 from minicb.workload import WorkloadRequest, bard_prompts, make_workload, run_workload
 
 RESULTS = {}
 
 
-def run(workload, **config) -> tuple[dict, LLMEngine]:
+def run(workload, **config) -> tuple[dict, list[RequestOutput]]:
     engine = LLMEngine(device="cpu", **config)
     outputs = run_workload(engine, workload, progress=False)
     stats = summarize(outputs, engine.trace)
     stats["preemptions"] = sum(len(s.preempted) for s in engine.trace.steps)
     stats["rejected"] = sum(o.outputs[0].finish_reason == "rejected" for o in outputs)
-    return stats, engine
+    return stats, outputs
 
 
 def preemption_tail() -> None:
@@ -66,9 +67,9 @@ def chunked_prefill_itl() -> None:
                 for t in (0.3, 0.6, 0.9, 1.2)]
     rows = {}
     for chunked in (False, True):
-        stats, engine = run(decoders + arrivals, max_num_seqs=32, max_num_batched_tokens=1024 if not chunked else 128,
+        stats, outputs = run(decoders + arrivals, max_num_seqs=32, max_num_batched_tokens=1024 if not chunked else 128,
                             enable_chunked_prefill=chunked, num_blocks=1024)
-        itl = [gap for r in engine.requests.values() if r.params.max_tokens == 200 for gap in r.metrics.itl]
+        itl = [gap for o in outputs if len(o.outputs[0].token_ids) == 200 for gap in o.metrics.itl]
         rows["chunked" if chunked else "unchunked"] = {"itl_p50_ms": round(percentile(itl, 50) * 1e3, 2),
                                                      "itl_p99_ms": round(percentile(itl, 99) * 1e3, 2)}
         print(f"   chunked prefill {'on ' if chunked else 'off'}: ITL p50 {percentile(itl, 50) * 1e3:6.2f} ms  "
@@ -84,9 +85,9 @@ def overload_goodput(slo_s: float = 2.0) -> None:
     work = make_workload(3000, lengths="heavy", rate=2 * capacity, seed=6, max_tokens=300)
     rows = {}
     for label, limits in (("no limits", {}), ("max_queue_delay_s=0.5", {"max_queue_delay_s": 0.5})):
-        stats, engine = run(work, simulate=True, max_num_seqs=32, num_blocks=2048, **limits)
-        on_time = sum(1 for r in engine.requests.values()
-                      if r.finish_reason in ("stop", "length") and r.metrics.e2e_latency <= slo_s)
+        stats, outputs = run(work, simulate=True, max_num_seqs=32, num_blocks=2048, **limits)
+        on_time = sum(1 for o in outputs
+                      if o.outputs[0].finish_reason in ("stop", "length") and o.metrics.e2e_latency <= slo_s)
         span = stats["duration_s"]
         rows[label] = {"served": stats["served"], "rejected": stats["rejected"], "on_time": on_time,
                        "goodput_req_per_s": round(on_time / span, 2), "e2e_p99_s": round(stats["e2e"]["p99"], 2)}

@@ -111,10 +111,11 @@ class BlockManager:
         self.swapped[seq_id] = cpu
         return list(zip(table, cpu))
 
-    def can_swap_in(self, seq_id: str, keep_free: int = 0) -> bool:
-        """Room for the sequence's blocks and for its next token, with keep_free blocks to spare."""
+    def can_swap_in(self, seq_id: str, keep_free: int = 0, num_new_tokens: int = 1) -> bool:
+        """Room for the sequence's blocks and for its next num_new_tokens tokens, with keep_free
+        blocks to spare."""
         blocks = len(self.swapped[seq_id])
-        growth = max(0, self.blocks_for(self.num_tokens[seq_id] + 1) - blocks)
+        growth = max(0, self.blocks_for(self.num_tokens[seq_id] + num_new_tokens) - blocks)
         return blocks + growth + keep_free <= len(self.free_blocks)
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:

@@ -10,8 +10,9 @@ One engine step, as data:
 """
 from __future__ import annotations
 
+import warnings
 import zlib
-from typing import Iterator
+from typing import Iterator, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -31,6 +32,33 @@ from minicb.scheduler.policy import PreemptionCost, measure_preemption_cost
 from minicb.scheduler.static import StaticScheduler
 from minicb.simulator import SimulatedRunner, StepCost
 from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
+
+
+Prompt = Union[str, list[int], dict]
+
+
+class PoolTooSmallWarning(UserWarning):
+    """The KV pool cannot hold one max_model_len sequence (vLLM refuses to start; minicb warns, since
+    the lessons shrink the pool on purpose)."""
+
+
+def prompt_of_dict(prompt: dict) -> str | list[int]:
+    """vLLM's prompt dicts: {"prompt": text} or {"prompt_token_ids": ids}."""
+    keys = set(prompt) & {"prompt", "prompt_token_ids"}
+    if len(keys) != 1:
+        raise ValueError(f"a prompt dict needs exactly one of 'prompt' (text) or 'prompt_token_ids', got keys "
+                         f"{sorted(prompt)}")
+    return prompt[keys.pop()]
+
+
+def check_unicode(text: str) -> None:
+    """A lone surrogate (what undecodable bytes become under errors='surrogateescape') is not text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"the prompt is not valid Unicode text: {text[err.start]!r} at index {err.start} is a "
+                         "lone surrogate (undecodable bytes); decode the input with errors='replace', or remove it"
+                         ) from None
 
 
 def check_priority(priority: int) -> None:
@@ -76,6 +104,11 @@ class LLMEngine:
         self.max_model_len = c.max_model_len or model_limit
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
         self.max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
+        if self.max_seq_tokens < self.max_model_len:
+            warnings.warn(f"the KV pool holds {self.max_seq_tokens} tokens ({num_blocks} blocks of {c.block_size}), "
+                          f"less than one sequence of max_model_len={self.max_model_len}: longer requests stop "
+                          "early with finish_reason 'length'. Raise num_blocks or kv_cache_memory_mb, or set "
+                          f"max_model_len <= {self.max_seq_tokens}", PoolTooSmallWarning, stacklevel=3)
         self.block_manager = parts.block_manager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
                                                  num_swap_blocks)
         cost = c.preemption_cost
@@ -98,51 +131,76 @@ class LLMEngine:
         self._unrecorded_preemptions: list[str] = []      # kept for the next StepRecord if a step runs nothing
         self._unrecorded_swaps: list[str] = []
         self._next_id = 0
+        self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
         self.clock = self.runner.clock
 
     # --- requests in -------------------------------------------------------------------------
 
-    def encode(self, prompt: str | list[int]) -> list[int]:
+    def encode(self, prompt: Prompt) -> list[int]:
         """Token ids for a prompt, with a clear error for anything the model cannot serve."""
+        if isinstance(prompt, dict):
+            prompt = prompt_of_dict(prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"{self.runner.model_path} has no tokenizer files; pass prompts as token-id lists")
+            check_unicode(prompt)
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        elif isinstance(prompt, list):
+            ids = prompt
         else:
-            ids = list(prompt)
+            raise ValueError(f"a prompt of type {type(prompt).__name__} cannot be served; give a string, a list of "
+                             "token ids (a tensor or array: .tolist()), or a dict with 'prompt' or 'prompt_token_ids'")
         if not ids:
             raise ValueError("the prompt is empty; give at least one token "
                              "(for Bard, a speaker line such as 'ROMEO.\\n')")
         vocab = self.runner.config.vocab_size
-        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
+            raise ValueError(f"prompt token ids must be Python integers in [0, {vocab})")
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {self.max_model_len} "
                              f"(max_model_len), prompt and output together; shorten the prompt")
-        return ids
+        return list(ids)
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, arrival_time: float | None = None, priority: int = 0) -> str:
-        params = params or SamplingParams()
+    def make_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                     arrival_time: float | None = None, priority: int = 0) -> Request:
+        """Validate everything about a request and build it, without queueing it: a caller with many
+        requests builds them all first, so one bad request queues none."""
+        if params is None:
+            params = SamplingParams()
+        elif not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}; "
+                             "for a dict d, pass SamplingParams(**d)")
         check_priority(priority)
+        if priority != 0 and self.config.scheduling_policy != "priority":
+            raise ValueError(f"priority={priority} has no effect under scheduling_policy="
+                             f"{self.config.scheduling_policy!r}; set scheduling_policy='priority', or leave it 0")
         ids = self.encode(prompt)
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use; give a new one or None")
         seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
-        req = Request(request_id, prompt if isinstance(prompt, str) else None, ids, params,
-                      make_generator(seed, self.runner.device),
-                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority,
-                      arrival_index=len(self.requests))
-        self.requests[request_id] = req
-        self.trace.arrivals[request_id] = req.metrics.arrival_time
+        text = prompt if isinstance(prompt, str) else prompt.get("prompt") if isinstance(prompt, dict) else None
+        return Request(request_id, text, ids, params, make_generator(seed, self.runner.device),
+                       RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None, priority: int = 0) -> str:
+        return self.queue(self.make_request(prompt, params, request_id, arrival_time, priority))
+
+    def queue(self, req: Request) -> str:
+        """Hand a request from make_request to the scheduler, or reject it at once with the reason."""
+        if req.request_id in self.requests:
+            raise ValueError(f"request id {req.request_id!r} is already in use; give a new one or None")
+        req.arrival_index, self._num_arrivals = self._num_arrivals, self._num_arrivals + 1
+        self.requests[req.request_id] = req
+        self.trace.arrivals[req.request_id] = req.metrics.arrival_time
         reason = self._why_never_servable(req) or self._why_not_now()
         if reason:
             self._finish_unserved(req, RequestStatus.REJECTED, reason)
         else:
             self.scheduler.add(req)
-        return request_id
+        return req.request_id
 
     def _why_not_now(self) -> str | None:
         """Admission control: a full queue turns requests away instead of making everyone slower."""
@@ -184,7 +242,8 @@ class LLMEngine:
     def abort(self, request_id: str) -> None:
         req = self.requests.get(request_id)
         if req is None:
-            raise KeyError(f"no request with id {request_id!r}")
+            raise KeyError(f"no request with id {request_id!r} is in the engine (a finished request leaves it "
+                           "once its result is returned)")
         if req.status.finished:
             return
         self.scheduler.abort(req)
@@ -200,16 +259,20 @@ class LLMEngine:
         outputs, self._pending_outputs = self._pending_outputs, []
         start = self.clock()
         out = self.scheduler.schedule()
-        self.runner.swap_out(out.swap_out)   # before the freed blocks are reused by this step
-        self.runner.swap_in(out.swap_in)
+        self._copy_blocks(out)
         for req in out.preempted:
             req.metrics.num_preemptions += 1
             req.metrics.last_preempted_at = start
             self.trace.release(req.request_id)
             self._unrecorded_preemptions.append(req.request_id)
         self._unrecorded_swaps += [r.request_id for r in out.swapped_out]
-        if out.is_empty:   # e.g. a priority preemption emptied the step: the next step admits
-            return outputs
+        if out.is_empty:
+            # A priority preemption emptied the step (the next one admits), or an abort left a static
+            # batch with only finished members, which must still be released and returned.
+            returned = self.scheduler.update(out)
+            for req in returned:
+                req.metrics.finished_time = start
+            return self._hand_back(outputs + [RequestOutput.of(r) for r in returned])
         batch = self.parts.build_flat_batch(sequence_chunks(out, self.block_manager.tables), self.config.block_size,
                                             self.runner.device)
         logits = self.runner.execute(batch)
@@ -237,8 +300,29 @@ class LLMEngine:
             req.metrics.finished_time = end   # when the user gets the result, which static batching delays
         self._record(out, start, end, returned, int(batch.attn.seq_lens.sum()))
         shown = due if self.scheduler.streams_tokens else returned
-        outputs += [RequestOutput.of(r) for r in shown]
+        return self._hand_back(outputs + [RequestOutput.of(r) for r in shown])
+
+    def _hand_back(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
+        """A finished request's result goes back exactly once; then the engine forgets it, so a
+        long-lived engine holds only the requests still in flight."""
+        for output in outputs:
+            if output.finished:
+                del self.requests[output.request_id]
         return outputs
+
+    def _why_cut_short(self) -> str:
+        """Why a request stopped before max_tokens: the model's context, or a pool smaller than it."""
+        pool = self.block_manager.num_blocks * self.block_manager.block_size
+        if self.max_seq_tokens == self.max_model_len:
+            return f"prompt + output reached max_model_len={self.max_model_len}"
+        return (f"prompt + output reached {pool} tokens, all the KV pool holds (num_blocks x block_size); "
+                "raise num_blocks or kv_cache_memory_mb")
+
+    def _copy_blocks(self, out: SchedulerOutput) -> None:
+        """Run the step's swaps in the order the scheduler decided them, before the forward reuses
+        any freed block (see SchedulerOutput.block_copies)."""
+        for copy in out.block_copies:
+            (self.runner.swap_out if copy.to_cpu else self.runner.swap_in)(copy.pairs)
 
     def _append_token(self, req: Request, token: int, t: float) -> None:
         """Record a new token, extend the text, and decide whether the request is done."""
@@ -252,8 +336,10 @@ class LLMEngine:
             return
         if (token in eos and not p.ignore_eos) or token in p.stop_token_ids:
             req.status = RequestStatus.FINISHED_STOPPED
-        elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_seq_tokens:
+        elif len(req.output_token_ids) >= p.max_tokens:
             req.status = RequestStatus.FINISHED_LENGTH
+        elif req.num_tokens >= self.max_seq_tokens:
+            req.status, req.reason = RequestStatus.FINISHED_LENGTH, self._why_cut_short()
         if req.status.finished and self.detokenize:
             # Bytes of an unfinished character were held back; the full decode shows them as U+FFFD.
             req.text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
@@ -300,51 +386,69 @@ class LLM:
     def __init__(self, model: str | None = None, parts: EngineParts | None = None, **engine_config):
         self.engine = LLMEngine(EngineConfig(model=model, **engine_config), parts)
 
-    def _submit(self, prompts: list, sampling_params, priority: list[int] | None = None) -> list[str]:
-        if isinstance(prompts, (str, tuple)) or (prompts and isinstance(prompts[0], int)):
+    def _submit(self, prompts, sampling_params, priority: list[int] | None = None) -> list[str]:
+        """Validate every request, then queue them all: a list with one bad request queues none."""
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        if not isinstance(prompts, list):
+            raise ValueError(f"prompts must be a string, a dict, or a list of them, not {type(prompts).__name__}; "
+                             "token ids go in a list (a tensor or array: .tolist())")
         if not prompts:
             raise ValueError("generate() got an empty list of prompts; pass at least one")
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params or SamplingParams()] * len(prompts)
+        if sampling_params is None or not isinstance(sampling_params, list):
+            sampling_params = [sampling_params] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} SamplingParams; "
                              "give one, or one per prompt")
         priority = priority if priority is not None else [0] * len(prompts)
         if len(priority) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(priority)} priorities; give one per prompt")
-        for prompt, rank in zip(prompts, priority):  # validate all before queueing any: a bad list changes nothing
-            self.engine.encode(prompt)
-            check_priority(rank)
-        return [self.engine.add_request(p, sp, priority=rank)
-                for p, sp, rank in zip(prompts, sampling_params, priority)]
+        engine = self.engine
+        requests = [engine.make_request(prompt, params, priority=rank)
+                    for prompt, params, rank in zip(prompts, sampling_params, priority)]
+        return [engine.queue(req) for req in requests]
 
-    def generate(self, prompts: list | str, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+    def _abort_unfinished(self, ids: list[str]) -> None:
+        """A caller that stops listening (a closed stream, an exception) takes its requests with it,
+        so the next call does not run their steps first."""
+        for request_id in ids:
+            if request_id in self.engine.requests:
+                self.engine.abort(request_id)
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True, priority: list[int] | None = None) -> list[RequestOutput]:
         ids = self._submit(prompts, sampling_params, priority)
         wanted = set(ids)
         results: dict[str, RequestOutput] = {}
-        with tqdm(total=len(ids), desc="generate", disable=not use_tqdm, unit="req") as bar:
-            while len(results) < len(ids):
-                for output in self.engine.step():
-                    if output.finished and output.request_id in wanted and output.request_id not in results:
-                        results[output.request_id] = output
-                        bar.update()
+        try:
+            with tqdm(total=len(ids), desc="generate", disable=not use_tqdm, unit="req") as bar:
+                while len(results) < len(ids):
+                    for output in self.engine.step():
+                        if output.finished and output.request_id in wanted:
+                            results[output.request_id] = output
+                            bar.update()
+        finally:
+            self._abort_unfinished([i for i in ids if i not in results])
         return [results[i] for i in ids]
 
-    def stream(self, prompts: list | str, sampling_params=None) -> Iterator[tuple[int, str, RequestOutput]]:
-        """Yield (prompt index, new text, output) as soon as a request has new text to show."""
+    def stream(self, prompts, sampling_params=None) -> Iterator[tuple[int, str, RequestOutput]]:
+        """Yield (prompt index, new text, output) as soon as a request has new text to show. The
+        pieces of one request add up to its final text. Closing the iterator early (break, an
+        exception in the loop) aborts the requests it has not finished."""
         ids = self._submit(prompts, sampling_params)
         index = {rid: i for i, rid in enumerate(ids)}
         shown = dict.fromkeys(ids, 0)
         pending = set(ids)
-        while pending:
-            for output in self.engine.step():
-                if output.request_id not in pending:
-                    continue
-                text = output.outputs[0].text
-                if len(text) > shown[output.request_id] or output.finished:
-                    yield index[output.request_id], text[shown[output.request_id]:], output
-                    shown[output.request_id] = len(text)
-                if output.finished:
-                    pending.discard(output.request_id)
+        try:
+            while pending:
+                for output in self.engine.step():
+                    if output.request_id not in pending:
+                        continue
+                    text = output.outputs[0].text
+                    if output.finished:
+                        pending.discard(output.request_id)
+                    if len(text) > shown[output.request_id] or output.finished:
+                        yield index[output.request_id], text[shown[output.request_id]:], output
+                        shown[output.request_id] = len(text)
+        finally:
+            self._abort_unfinished(list(pending))

@@ -123,7 +123,17 @@ class RequestOutput:
 
     @classmethod
     def of(cls, req: Request) -> "RequestOutput":
+        text = req.text
+        if not req.status.finished:
+            text = text[:len(text) - possible_stop_start(text, req.params.stop)]
         return cls(req.request_id, req.prompt, req.prompt_token_ids,
-                   [CompletionOutput(req.text, list(req.output_token_ids), req.finish_reason)],
+                   [CompletionOutput(text, list(req.output_token_ids), req.finish_reason)],
                    req.status.finished, req.metrics, req.reason)
+
+
+def possible_stop_start(text: str, stops: list[str]) -> int:
+    """The length of the longest end of text that a stop string could still complete. A running
+    request holds it back, so a stream never shows text that the stop string will cut off."""
+    return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
+               default=0)
 

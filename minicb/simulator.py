@@ -5,6 +5,11 @@ scheduling, block management and batch building is shared with real runs. Two th
 the time a step takes comes from a cost model, and the next token comes from a deterministic
 stand-in (never EOS, so lengths are set by max_tokens). Lessons use it to run thousands of
 requests in seconds, with exact and repeatable numbers.
+
+The stand-in still honours the KV cache's contract. Its "cache" holds the token id written into
+each slot, it writes through slot_mapping, swaps copy it, and the next token is a hash of what the
+sequence reads back through its block table. A lost swap copy, a stale block or a wrong slot
+therefore changes the tokens, just as it would on the real network, and the reliability tests see it.
 """
 from __future__ import annotations
 
@@ -60,6 +65,9 @@ class SimulatedRunner:
         self.now = 0.0
         eos = list(self.config.eos_token_ids)
         self._allowed = torch.tensor([t for t in range(self.config.vocab_size) if t not in eos])
+        # The token id held by each slot; -1 was never written, so reading it changes the stand-in.
+        self.kv_tokens = torch.full((num_blocks, block_size), -1, dtype=torch.int64)        # (blocks, bs)
+        self.swap_tokens = torch.full((num_swap_blocks, block_size), -1, dtype=torch.int64)  # (CPU blocks, bs)
 
     def clock(self) -> float:
         return self.now
@@ -69,17 +77,37 @@ class SimulatedRunner:
         self.now = max(self.now, t)
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        self.now += len(pairs) * self.block_size * self.cost.per_swapped_token
+        """Copy (device block, CPU block) pairs, priced as a copy of their tokens' KV."""
+        self._copy(pairs, self.kv_tokens, self.swap_tokens)
 
-    swap_in = swap_out   # a copy costs the same either way
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy (CPU block, device block) pairs back; a copy costs the same either way."""
+        self._copy(pairs, self.swap_tokens, self.kv_tokens)
+
+    def _copy(self, pairs: list[tuple[int, int]], src: torch.Tensor, dst: torch.Tensor) -> None:
+        self.now += len(pairs) * self.block_size * self.cost.per_swapped_token
+        if pairs:
+            frm, to = (torch.tensor(x) for x in zip(*pairs))
+            dst[to] = src[frm]
 
     def execute(self, batch: FlatBatch) -> torch.Tensor:
-        """One-hot 'logits' for a stand-in next token, a function of the last token and its position,
-        so a request's tokens never depend on its batch, just like the real model's."""
-        self.now += self.cost(batch.num_tokens, int(batch.attn.seq_lens.sum()))
-        last = batch.input_ids[batch.logits_indices]
-        pos = batch.positions[batch.logits_indices]
-        pick = self._allowed[(last * 31 + pos * 17) % len(self._allowed)]
+        """One-hot 'logits' for a stand-in next token: a hash of the token ids the sequence reads
+        back from the cache, in order, and of its length. With a correct cache that is a function
+        of the sequence's own tokens only, so a request's tokens never depend on its batch, just
+        like the real model's."""
+        attn = batch.attn
+        self.now += self.cost(batch.num_tokens, int(attn.seq_lens.sum()))
+        written = attn.slot_mapping >= 0
+        self.kv_tokens.view(-1)[attn.slot_mapping[written]] = batch.input_ids[written]
+        rows = torch.searchsorted(attn.cu_seqlens_q[1:].long(), batch.logits_indices, right=True)  # (B',)
+        seq_lens = attn.seq_lens.long()[rows]                                                     # (B',)
+        pos = torch.arange(attn.max_seq_len)                                                      # (S,)
+        blocks = attn.block_tables.long()[rows].gather(1, (pos // self.block_size).expand(len(rows), -1))
+        read = self.kv_tokens[blocks.clamp(min=0), pos % self.block_size]                         # (B', S)
+        visible = pos[None, :] < seq_lens[:, None]
+        # Position weights < 2**20 and ids < 2**17 keep the sum far inside int64 at any context length.
+        digest = (torch.where(visible, read + 2, 0) * (pos * 40503 % 1048573 + 1)).sum(-1) + seq_lens * 17
+        pick = self._allowed[digest % len(self._allowed)]
         logits = torch.zeros(len(pick), self.config.vocab_size)
         logits[torch.arange(len(pick)), pick] = 1.0
         return logits

@@ -24,15 +24,16 @@ settings.register_profile("soak", max_examples=10_000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile("fast")
 
-RELIABILITY_COUNTS = {"schedules": 0, "steps": 0, "near_ties": 0}
+RELIABILITY_COUNTS = {"schedules": 0, "steps": 0, "failing_runs": 0, "near_ties": 0}
 
 
 def pytest_terminal_summary(terminalreporter):
-    if RELIABILITY_COUNTS["schedules"]:
+    counts = RELIABILITY_COUNTS
+    if counts["schedules"] or counts["failing_runs"]:
         terminalreporter.write_line(
-            f"reliability: {RELIABILITY_COUNTS['schedules']} random schedules run, "
-            f"{RELIABILITY_COUNTS['steps']} steps checked, 0 violations, "
-            f"{RELIABILITY_COUNTS['near_ties']} near-tie divergences on the real network")
+            f"reliability: {counts['schedules']} random schedules passed ({counts['steps']} steps checked), "
+            f"{counts['failing_runs']} failing runs (hypothesis replays and shrinks each failure), "
+            f"{counts['near_ties']} near-tie divergences on the real network")
 
 
 # A greedy token may legitimately differ from the reference only where the reference's two best
@@ -162,6 +163,23 @@ def top2_gap(runner, token_ids: list[int]) -> float:
     logits = runner.execute(FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size))[0]
     top = logits.topk(2).values
     return float(top[0] - top[1])
+
+
+def recording_engine(**config):
+    """An LLMEngine that also keeps every request it was given in `engine.seen`, for a test to read
+    after the run: the engine itself forgets a request once its result has gone back."""
+    from minicb.engine import LLMEngine
+
+    engine = LLMEngine(**config)
+    engine.seen = {}
+    queue = engine.queue
+
+    def queue_and_keep(req):
+        engine.seen[req.request_id] = req
+        return queue(req)
+
+    engine.queue = queue_and_keep
+    return engine
 
 
 def check_states(engine) -> None:

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from conftest import NEAR_TIE_GAP, top2_gap
-from minicb.engine import LLM, LLMEngine
+from minicb.engine import LLM, LLMEngine, PoolTooSmallWarning
 from minicb.metrics import summarize
 from minicb.sampling import SamplingParams
 from minicb.workload import make_workload, run_workload
@@ -82,3 +82,91 @@ def test_simulator_runs_10000_requests_quickly():
     assert stats["output_tokens"] == sum(w.params.max_tokens for w in work)
     assert 0 < stats["slot_utilization"] <= 1
     print(f"simulated 10,000 requests in {wall:.1f} s wall")   # the figure is in bench/, not asserted here
+
+
+@pytest.mark.parametrize("batching", ["static", "padded"])
+def test_a_static_batch_is_released_after_an_abort(batching):
+    """Regression: once the abort left only finished members, every step returned nothing forever."""
+    engine = LLMEngine(device="cpu", batching=batching)
+    a = engine.add_request("ROMEO.\n", SamplingParams(max_tokens=1))
+    b = engine.add_request("JULIET.\n", SamplingParams(max_tokens=50, ignore_eos=True))
+    engine.step()
+    engine.abort(b)
+    returned = {o.request_id: o for _ in range(3) for o in engine.step()}
+    assert set(returned) == {a, b} and returned[a].outputs[0].finish_reason == "length"
+    assert returned[b].outputs[0].finish_reason == "abort"
+    assert not engine.has_unfinished_requests()
+    assert engine.block_manager.usage().free_blocks == engine.block_manager.num_blocks
+
+
+def stop_strings_from(text: str) -> list[str]:
+    """Stop strings cut out of a known output: at its start, middle and end, and across words."""
+    return [text[i:i + n] for i, n in ((0, 3), (5, 4), (len(text) // 2, 5), (len(text) - 6, 6)) if text[i:i + n]]
+
+
+def test_a_stream_never_shows_text_that_a_stop_string_cuts(bard_llm):
+    """The stream holds back text that could still begin a stop string, so the pieces add up to the
+    final text; the final text is the full output cut before the first stop string."""
+    greedy = SamplingParams(temperature=0, max_tokens=80)
+    params = SamplingParams(temperature=0, max_tokens=80, stop=["ol t"])
+    pieces = [text for _, text, _ in bard_llm.stream(["ROMEO.\n"], params)]
+    assert "".join(pieces) == "O, that's the fo"   # the issue's case: "fool" leaked before the cut
+    for prompt in ("ROMEO.\n", "JULIET.\n", "HAMLET.\n"):
+        full = bard_llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].text
+        for stop in stop_strings_from(full):
+            pieces, final = [], None
+            for _, text, output in bard_llm.stream([prompt], SamplingParams(temperature=0, max_tokens=80, stop=[stop])):
+                pieces.append(text)
+                final = output
+            assert "".join(pieces) == final.outputs[0].text == full[:full.index(stop)], (prompt, stop)
+
+
+def steps_of(llm: LLM, prompts: list[str]) -> int:
+    before = len(llm.engine.trace.steps)
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+    return len(llm.engine.trace.steps) - before
+
+
+def test_an_abandoned_stream_takes_its_requests_with_it():
+    llm = LLM(None, device="cpu")
+    long = SamplingParams(temperature=0, max_tokens=300, ignore_eos=True)
+    for _ in llm.stream(["ROMEO.\n", "JULIET.\n"], long):
+        break
+    assert steps_of(llm, ["HAMLET.\n"]) == 3        # no hidden steps of the abandoned requests first
+    with pytest.raises(ZeroDivisionError):
+        for _ in llm.stream(["ROMEO.\n"], long):
+            1 / 0
+    assert steps_of(llm, ["HAMLET.\n"]) == 3
+    assert not llm.engine.requests and not llm.engine.has_unfinished_requests()
+
+
+def test_a_list_with_one_bad_request_queues_none():
+    llm = LLM(None, device="cpu")
+    with pytest.raises(ValueError, match="seed"):
+        llm.generate(["ROMEO.\n", "JULIET.\n"], [SamplingParams(), SamplingParams(seed=2**70)], use_tqdm=False)
+    assert not llm.engine.requests and not llm.engine.has_unfinished_requests()
+    assert steps_of(llm, ["HAMLET.\n"]) == 3
+
+
+def test_a_request_cut_short_by_a_small_pool_says_why():
+    with pytest.warns(PoolTooSmallWarning, match="holds 32 tokens.*max_model_len=1024"):
+        engine = LLMEngine(device="cpu", num_blocks=2, block_size=16)
+    engine.add_request("ROMEO.\n", SamplingParams(max_tokens=100, ignore_eos=True))
+    out = next(o for _ in range(100) for o in engine.step() if o.finished)
+    assert out.outputs[0].finish_reason == "length" and len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == 32
+    assert "32 tokens, all the KV pool holds" in out.reason and "raise num_blocks" in out.reason
+    roomy = LLMEngine(device="cpu", num_blocks=64, max_model_len=16)
+    roomy.add_request("ROMEO.\n", SamplingParams(max_tokens=100, ignore_eos=True))
+    out = next(o for _ in range(100) for o in roomy.step() if o.finished)
+    assert out.outputs[0].finish_reason == "length" and "max_model_len=16" in out.reason
+    done = LLM(None, device="cpu").generate(["ROMEO.\n"], SamplingParams(max_tokens=2, ignore_eos=True))[0]
+    assert done.outputs[0].finish_reason == "length" and done.reason is None   # max_tokens is no surprise
+
+
+def test_a_long_lived_engine_forgets_requests_once_returned():
+    engine = LLMEngine(device="cpu", simulate=True)
+    for _ in range(3):
+        ids = {engine.add_request("ROMEO.\n", SamplingParams(max_tokens=5, ignore_eos=True)) for _ in range(50)}
+        finished = [o.request_id for _ in range(20) for o in engine.step() if o.finished]
+        assert sorted(finished) == sorted(ids)        # each result exactly once
+        assert not engine.requests

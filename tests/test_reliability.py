@@ -1,27 +1,37 @@
 """Property-based reliability: random workloads against random engine configs, checked every step.
 
 Workloads: arrival steps, prompt and output lengths, priorities, aborts at random steps. Configs:
-tiny KV pools, block sizes 1/4/16, recompute, swap (with tiny swap pools, so it falls back) or
-auto preemption, chunked prefill on or off, fcfs or priority, decode_first or prefill_first,
-1 to 16 seats, small token budgets, a bounded queue. After every step the pool's
-invariants, one state per request, and the seat and token limits must hold. At the end nothing
-may be lost or stuck, every block must be free, and every request's tokens must be a prefix of its
-solo run (all of them, if it finished normally).
+continuous, static or padded batching; tiny KV pools, block sizes 1/4/16, recompute, swap (with
+tiny swap pools, so it falls back) or auto preemption, chunked prefill on or off, fcfs or
+priority, decode_first or prefill_first, 1 to 16 seats, small token budgets, a bounded queue.
+After every step the pool's invariants, one state per request, and the seat and token limits must
+hold. At the end nothing may be lost or stuck, every request's result must have come back exactly
+once, every block must be free, and every request's tokens must be a prefix of its solo run (all of
+them, if it finished normally).
 
-The simulated clock with its deterministic stand-in model makes the large run cheap; a run 20
-times smaller uses the real Bard network. `make test` runs the "fast" profile (200 + 10 schedules),
-`make soak` the "soak" one (10,000 + 500).
+The simulated runner makes the large run cheap, and it is not blind to the KV cache: its stand-in
+token is a hash of the token ids the sequence reads back through its block table (simulator.py),
+so a lost swap copy, a stale block or a wrong slot changes its tokens. A run 20 times smaller uses
+the real Bard network. `make test` runs the "fast" profile (200 + 10 schedules), `make soak` the
+"soak" one (10,000 + 500); the summary line counts schedules, steps, failing runs and near-ties.
 """
 from __future__ import annotations
 
+import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, top2_gap
-from minicb.engine import LLMEngine
+from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine, top2_gap
+from minicb.batch import FlatBatch
+from minicb.engine import LLM, LLMEngine
+from minicb.parts import EngineParts
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
+from minicb.scheduler import BlockCopy, SchedulerOutput
 from minicb.scheduler.policy import PreemptionCost
+from minicb.simulator import SimulatedRunner
+from minicb.workload import make_workload
 
 # auto: recompute below 20 tokens of context, swap above (a fixed model keeps examples fast).
 CROSSOVER_AT_20_TOKENS = PreemptionCost(0.0, 1.0, 0.0, 20.0, 0.0)
@@ -33,16 +43,18 @@ MAX_STEPS = 4000   # far beyond any drawn workload: reaching it means a request 
 def scenarios(draw):
     block_size = draw(st.sampled_from([1, 4, 16]))
     pool_tokens = draw(st.integers(8, 160))
-    chunked = draw(st.booleans())
+    batching = draw(st.sampled_from(["continuous", "continuous", "static", "padded"]))
+    continuous = batching == "continuous"
+    chunked = continuous and draw(st.booleans())
     config = dict(
-        block_size=block_size, num_blocks=-(-pool_tokens // block_size),
+        batching=batching, block_size=block_size, num_blocks=-(-pool_tokens // block_size),
         max_num_seqs=draw(st.integers(1, 16)), max_num_batched_tokens=draw(st.integers(8, 64)),
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=draw(st.sampled_from([0, 4, 16])) if chunked else 0,
-        scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
+        scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])) if continuous else "fcfs",
         schedule_priority=draw(st.sampled_from(["decode_first", "prefill_first"])),
         max_waiting=draw(st.none() | st.integers(0, 8)),
-        preemption_mode=draw(st.sampled_from(["recompute", "swap", "auto"])),
+        preemption_mode=draw(st.sampled_from(["recompute", "swap", "auto"])) if continuous else "recompute",
         swap_space_mb=draw(st.sampled_from([0.0, 0.01, 0.05, 1.0])),
         preemption_cost=CROSSOVER_AT_20_TOKENS)
     requests = draw(st.lists(st.fixed_dictionaries(dict(
@@ -54,7 +66,7 @@ def scenarios(draw):
 
 def check_step(engine: LLMEngine) -> None:
     check_states(engine)
-    if engine.trace.steps:
+    if engine.trace.steps and engine.config.batching == "continuous":
         step = engine.trace.steps[-1]
         over_budget = step.num_tokens > engine.config.max_num_batched_tokens
         # The one exception: unchunked, a preempted request that grew past the budget runs alone.
@@ -62,37 +74,51 @@ def check_step(engine: LLMEngine) -> None:
 
 
 def run_scenario(model, simulate: bool, config: dict, requests: list[dict]) -> None:
-    engine = LLMEngine(model=model, device="cpu", simulate=simulate, **config)
+    """Run one drawn schedule, checked after every step and against solo runs at the end; a failure
+    is counted (hypothesis then replays and shrinks it) and raised."""
+    try:
+        check_scenario(model, simulate, config, requests)
+    except Exception:
+        RELIABILITY_COUNTS["failing_runs"] += 1
+        raise
+
+
+def check_scenario(model, simulate: bool, config: dict, requests: list[dict]) -> None:
+    engine = recording_engine(model=model, device="cpu", simulate=simulate, **config)
+    with_priority = config["scheduling_policy"] == "priority"
     ids: dict[int, str] = {}
+    results: dict[str, int] = {}
     step = 0
     while len(ids) < len(requests) or engine.has_unfinished_requests():
         for i, r in enumerate(requests):
             if r["arrival_step"] == step:
                 params = SamplingParams(temperature=0, max_tokens=r["max_tokens"], ignore_eos=True)
-                ids[i] = engine.add_request(r["prompt"], params, priority=r["priority"])
-            if r["abort_step"] == step and i in ids:
+                ids[i] = engine.add_request(r["prompt"], params, priority=r["priority"] if with_priority else 0)
+            if r["abort_step"] == step and i in ids and ids[i] in engine.requests:
                 engine.abort(ids[i])
-        engine.step()
+        for output in engine.step():
+            if output.finished:
+                results[output.request_id] = results.get(output.request_id, 0) + 1
         check_step(engine)
         step += 1
         assert step < MAX_STEPS, "requests are stuck"
-    RELIABILITY_COUNTS["schedules"] += 1
-    RELIABILITY_COUNTS["steps"] += step
+    assert results == dict.fromkeys(ids.values(), 1), "a result was lost, or returned twice"
+    assert not engine.requests, "the engine still holds finished requests"
     assert engine.block_manager.usage().free_blocks == engine.block_manager.num_blocks
     for i, r in enumerate(requests):
-        req = engine.requests[ids[i]]
+        req = engine.seen[ids[i]]
         assert req.status.finished and (req.status is not RequestStatus.REJECTED or req.reason)
         if req.output_token_ids:
             solo = LLMEngine(model=model, device="cpu", simulate=simulate, num_blocks=64, block_size=16)
-            solo.add_request(r["prompt"], SamplingParams(temperature=0, max_tokens=r["max_tokens"], ignore_eos=True))
-            while solo.has_unfinished_requests():
-                solo.step()
-            alone = solo.requests["0"].output_token_ids
+            solo_id = solo.add_request(r["prompt"], SamplingParams(temperature=0, max_tokens=r["max_tokens"],
+                                                                   ignore_eos=True))
+            alone = next(o for _ in range(MAX_STEPS) for o in solo.step() if o.finished).outputs[0].token_ids
+            assert solo_id == "0"
             got = req.output_token_ids
             diverged = next((k for k, (a, b) in enumerate(zip(got, alone)) if a != b), None)
             if diverged is not None:
                 # Only the real network can differ, and only at a near-tie: a batch changes low float bits.
-                assert not simulate, "the deterministic stand-in must never diverge"
+                assert not simulate, f"token {diverged} differs from the solo run: the stand-in must never diverge"
                 gap = top2_gap(solo.runner, r["prompt"] + alone[:diverged])
                 assert gap < NEAR_TIE_GAP, f"token {diverged} differs from the solo run, top-2 gap {gap:.2e}"
                 RELIABILITY_COUNTS["near_ties"] += 1
@@ -100,6 +126,8 @@ def run_scenario(model, simulate: bool, config: dict, requests: list[dict]) -> N
             assert got == alone[:len(got)]
             if req.status in FINISHED_NORMALLY and req.num_tokens < engine.max_seq_tokens:
                 assert got == alone
+    RELIABILITY_COUNTS["schedules"] += 1
+    RELIABILITY_COUNTS["steps"] += step
 
 
 @given(scenarios())
@@ -112,3 +140,74 @@ def test_random_schedules_in_simulation(tiny_checkpoint, scenario):
 @given(scenarios())
 def test_random_schedules_on_bard(scenario):
     run_scenario(None, False, *scenario)
+
+
+# Regression: found by `make soak`. The request with ten 1s is swapped in and, by its own chunk,
+# swapped out again in one step; the engine ran every swap-out before every swap-in, so it copied
+# out device blocks that were never filled, and its first token came back wrong (gap 2.73).
+SWAP_IN_AND_OUT_CONFIG = dict(
+    block_size=1, num_blocks=29, max_num_seqs=5, max_num_batched_tokens=59, enable_chunked_prefill=True,
+    long_prefill_token_threshold=4, scheduling_policy="priority", schedule_priority="decode_first", max_waiting=None,
+    preemption_mode="swap", swap_space_mb=0.05, preemption_cost=CROSSOVER_AT_20_TOKENS)
+SWAP_IN_AND_OUT_REQUESTS = [
+    dict(arrival_step=12, abort_step=None, max_tokens=3, prompt=[122, 263, 120], priority=0),
+    dict(arrival_step=12, abort_step=None, max_tokens=6, prompt=[122, 230, 195, 241], priority=0),
+    dict(arrival_step=0, abort_step=None, max_tokens=28, prompt=[101, 89, 168, 183, 1, 1, 1], priority=0),
+    dict(arrival_step=0, abort_step=None, max_tokens=22, prompt=[1, 1, 1], priority=0),
+    dict(arrival_step=0, abort_step=None, max_tokens=1, prompt=[1], priority=0),
+    dict(arrival_step=8, abort_step=1, max_tokens=1, prompt=[1] * 10, priority=1)]
+
+
+@pytest.mark.parametrize("simulate", [False, True], ids=["bard", "simulated"])
+def test_the_soaks_swap_schedule_keeps_every_kv_block(simulate):
+    run_scenario(None, simulate, SWAP_IN_AND_OUT_CONFIG, SWAP_IN_AND_OUT_REQUESTS)
+
+
+def test_swaps_run_in_the_order_the_scheduler_decided():
+    """A swap-in then a swap-out of the same device blocks in one step: the swap-out must copy what
+    the swap-in brought, and a CPU block freed by the first copy may be reused by the second."""
+    engine = LLMEngine(device="cpu", simulate=True, num_blocks=4, block_size=2, preemption_mode="swap")
+    runner = engine.runner
+    runner.swap_tokens[0] = torch.tensor([7, 8])
+    runner.swap_tokens[1] = torch.tensor([-1, -1])
+    out = SchedulerOutput(block_copies=[BlockCopy(False, [(0, 3)]), BlockCopy(True, [(3, 1)])])
+    engine._copy_blocks(out)
+    assert runner.kv_tokens[3].tolist() == [7, 8] and runner.swap_tokens[1].tolist() == [7, 8]
+
+
+def swap_heavy_run(parts: EngineParts | None = None) -> None:
+    """40 prompts through a 40-block pool with swapping and chunked prefill, simulated, each checked
+    against its solo run (the issue's 60-prompt Bard case, in the simulator)."""
+    work = make_workload(40, lengths="heavy", seed=2, max_tokens=60)
+    config = dict(block_size=4, num_blocks=40, max_num_seqs=8, max_num_batched_tokens=128, preemption_mode="swap",
+                  swap_space_mb=0.05, enable_chunked_prefill=True, long_prefill_token_threshold=8)
+    tight = LLM(None, device="cpu", simulate=True, parts=parts, **config).generate(
+        [w.prompt for w in work], [w.params for w in work], use_tqdm=False)
+    roomy = LLM(None, device="cpu", simulate=True, num_blocks=4000).generate(
+        [w.prompt for w in work], [w.params for w in work], use_tqdm=False)
+    assert sum(o.metrics.num_preemptions for o in tight) > 10   # the pool really was under pressure
+    for a, b in zip(tight, roomy):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids, "a simulated request lost its KV content"
+
+
+def test_the_simulator_sees_kv_content():
+    swap_heavy_run()
+
+
+def test_the_simulator_sees_a_lost_swap_copy(monkeypatch):
+    """Break the cache on purpose: the simulated run must fail, as the real network would."""
+    swap_in = SimulatedRunner.swap_in
+    monkeypatch.setattr(SimulatedRunner, "swap_in", lambda self, pairs: swap_in(self, pairs[:-1]))
+    with pytest.raises(AssertionError, match="lost its KV content"):
+        swap_heavy_run()
+
+
+def test_the_simulator_sees_a_wrong_slot_mapping():
+    def off_by_one_slot(chunks, block_size, device):
+        batch = FlatBatch.build(chunks, block_size, device)
+        last = batch.attn.slot_mapping[-1]
+        batch.attn.slot_mapping[-1] = last + 1 if (last + 1) % block_size else last - 1
+        return batch
+
+    with pytest.raises(AssertionError, match="lost its KV content"):
+        swap_heavy_run(EngineParts(build_flat_batch=off_by_one_slot))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import check_states
+from conftest import check_states, recording_engine
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
@@ -13,7 +13,7 @@ from minicb.trace import IDLE
 
 def make_engine(tiny_checkpoint, **config) -> LLMEngine:
     folder, _ = tiny_checkpoint("llama")
-    return LLMEngine(model=str(folder), device="cpu", num_blocks=config.pop("num_blocks", 128),
+    return recording_engine(model=str(folder), device="cpu", num_blocks=config.pop("num_blocks", 128),
                      block_size=config.pop("block_size", 4), **config)
 
 
@@ -51,7 +51,7 @@ def test_static_batching_wastes_the_seed_examples_slots(tiny_checkpoint):
     assert [r for r, phase in steps[4].slots if phase == IDLE] == ["A"]   # A is done but holds its slot
     assert steps[-1].finished == ["A", "B", "C", "D"]           # results return together, at the end
     assert [o.request_id for o in outputs] == ["A", "B", "C", "D"]
-    a, b = engine.requests["A"].metrics, engine.requests["B"].metrics
+    a, b = engine.seen["A"].metrics, engine.seen["B"].metrics
     assert a.token_times[-1] < b.token_times[-1]                 # A's last token came early...
     assert a.finished_time == b.finished_time                    # ...but A got it back only with B
 
@@ -98,13 +98,13 @@ def test_paged_pool_preempts_and_recomputes_when_blocks_run_out(tiny_checkpoint)
         engine.add_request([1 + i, 2, 3], params)
     run_checked(engine)
     assert any(s.preempted for s in engine.trace.steps)
-    victims = [engine.requests[str(i)].metrics for i in range(4) if engine.requests[str(i)].metrics.num_preemptions]
+    victims = [engine.seen[str(i)].metrics for i in range(4) if engine.seen[str(i)].metrics.num_preemptions]
     assert victims and all(m.preempted_time > 0 for m in victims)
     for i in range(4):
         solo = make_engine(tiny_checkpoint)
         solo.add_request([1 + i, 2, 3], params)
         run_checked(solo)
-        assert engine.requests[str(i)].output_token_ids == solo.requests["0"].output_token_ids
+        assert engine.seen[str(i)].output_token_ids == solo.seen["0"].output_token_ids
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
@@ -115,7 +115,7 @@ def test_abort_frees_everything_and_others_finish(tiny_checkpoint, batching):
     engine.abort("A")       # running
     engine.abort("C")       # waiting
     outputs = run_checked(engine)
-    status = {r: engine.requests[r].status for r in "ABC"}
+    status = {r: engine.seen[r].status for r in "ABC"}
     assert status == {"A": RequestStatus.FINISHED_ABORTED, "B": RequestStatus.FINISHED_LENGTH,
                       "C": RequestStatus.FINISHED_ABORTED}
     assert {o.request_id for o in outputs if o.finished} == {"A", "B", "C"}
@@ -139,7 +139,7 @@ def test_padded_baseline_computes_the_waste_and_still_gets_the_same_tokens(tiny_
     assert padded.padding_waste == pytest.approx(54 / (54 + useful))
     assert runs["static"].trace.padding_waste == 0
     for r in "ABCD":
-        assert runs["padded"].requests[r].output_token_ids == runs["static"].requests[r].output_token_ids
+        assert runs["padded"].seen[r].output_token_ids == runs["static"].seen[r].output_token_ids
 
 
 def test_padded_baseline_pads_prompts_to_the_longest(tiny_checkpoint):
@@ -155,7 +155,7 @@ def test_a_sequence_stops_when_it_would_outgrow_the_whole_pool(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, num_blocks=4)             # 4 blocks x 4 slots = 16 tokens in all
     engine.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))
     run_checked(engine)
-    req = engine.requests["0"]
+    req = engine.seen["0"]
     assert req.status is RequestStatus.FINISHED_LENGTH and req.num_tokens == 16
 
 
@@ -169,11 +169,11 @@ def test_chunked_prefill_splits_a_long_prompt_and_changes_no_token(tiny_checkpoi
     run_checked(chunked)
     steps = chunked.trace.steps
     assert [s.prefill_tokens for s in steps[:3]] == [16, 16, 8]
-    assert chunked.requests["0"].metrics.token_times[0] >= steps[2].start_time   # first token after the last chunk
+    assert chunked.seen["0"].metrics.token_times[0] >= steps[2].start_time   # first token after the last chunk
     whole = make_engine(tiny_checkpoint)
     whole.add_request(prompt, params)
     run_checked(whole)
-    assert chunked.requests["0"].output_token_ids == whole.requests["0"].output_token_ids
+    assert chunked.seen["0"].output_token_ids == whole.seen["0"].output_token_ids
 
 
 def test_decodes_keep_flowing_while_a_long_prompt_is_chunked(tiny_checkpoint):
@@ -234,7 +234,7 @@ def test_priority_policy_serves_urgent_requests_first_and_preempts_for_them(tiny
     solo = make_engine(tiny_checkpoint)
     solo.add_request([3, 4], params)
     run_checked(solo)
-    assert engine.requests["low-b"].output_token_ids == solo.requests["0"].output_token_ids  # recompute is exact
+    assert engine.seen["low-b"].output_token_ids == solo.seen["0"].output_token_ids  # recompute is exact
 
 
 def test_fcfs_preempts_the_latest_arrival(tiny_checkpoint):
@@ -264,7 +264,7 @@ def test_max_queue_delay_rejects_requests_that_waited_too_long(tiny_checkpoint):
     outputs = run_checked(engine)
     reasons = {o.request_id: o.outputs[0].finish_reason for o in outputs if o.finished}
     assert reasons["0"] == "length" and "rejected" in reasons.values()
-    rejected = [engine.requests[r] for r, why in reasons.items() if why == "rejected"]
+    rejected = [engine.seen[r] for r, why in reasons.items() if why == "rejected"]
     assert all("max_queue_delay_s=0.05" in r.reason and r.metrics.scheduled_time is None for r in rejected)
 
 
@@ -311,7 +311,7 @@ def test_prefill_first_never_schedules_a_new_request_twice_in_one_step(tiny_chec
     engine = make_engine(tiny_checkpoint, enable_chunked_prefill=True, schedule_priority="prefill_first")
     engine.add_request([7], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
     run_checked(engine)
-    assert len(engine.requests["0"].output_token_ids) == 1 and engine.trace.steps[0].num_tokens == 1
+    assert len(engine.seen["0"].output_token_ids) == 1 and engine.trace.steps[0].num_tokens == 1
 
 
 def test_a_step_emptied_by_a_priority_preemption_still_frees_the_seat(tiny_checkpoint):
@@ -323,7 +323,7 @@ def test_a_step_emptied_by_a_priority_preemption_still_frees_the_seat(tiny_check
     engine.add_request([1], SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), "urgent", priority=0)
     run_checked(engine)
     assert engine.trace.steps[1].admitted == ["urgent"] and engine.trace.steps[1].preempted == ["low"]
-    assert engine.requests["low"].metrics.num_preemptions == 1
+    assert engine.seen["low"].metrics.num_preemptions == 1
 
 
 # --- swap and auto preemption ---------------------------------------------------------------------
@@ -337,7 +337,7 @@ def solo_tokens(tiny_checkpoint, i):
     solo = make_engine(tiny_checkpoint)
     solo.add_request([1 + i, 2, 3], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
     run_checked(solo)
-    return solo.requests["0"].output_token_ids
+    return solo.seen["0"].output_token_ids
 
 
 def test_swap_preemption_copies_kv_out_and_back_exactly(tiny_checkpoint):
@@ -349,7 +349,7 @@ def test_swap_preemption_copies_kv_out_and_back_exactly(tiny_checkpoint):
     in_at = {r: s.step for s in steps for r in s.swapped_in}
     assert out_at and set(out_at) == set(in_at) and all(in_at[r] > out_at[r] for r in out_at)
     for i in range(4):   # the KV came back intact: every token equals the solo run
-        assert engine.requests[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
+        assert engine.seen[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
     assert engine.block_manager.usage().swapped_blocks == 0
 
 
@@ -373,7 +373,7 @@ def test_a_full_swap_pool_falls_back_to_recompute(tiny_checkpoint):
     run_checked(engine)
     assert any(s.preempted for s in engine.trace.steps) and not any(s.swapped_out for s in engine.trace.steps)
     for i in range(4):
-        assert engine.requests[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
+        assert engine.seen[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
 
 
 @pytest.mark.parametrize("crossover,expect_swap", [(1, True), (10**6, False)])
@@ -406,7 +406,7 @@ def test_equal_requests_in_a_tight_pool_do_not_evict_each_other_forever(tiny_che
     for name in "ab":   # 30 tokens each, 41 slots for both
         engine.add_request(list(range(1, 12)), SamplingParams(max_tokens=19, ignore_eos=True), name, arrival_time=0.0)
     run_checked(engine)
-    assert all(engine.requests[r].status is RequestStatus.FINISHED_LENGTH for r in "ab")
+    assert all(engine.seen[r].status is RequestStatus.FINISHED_LENGTH for r in "ab")
 
 
 def test_a_swapped_low_priority_request_does_not_thrash_with_an_urgent_waiting_one(tiny_checkpoint):
@@ -423,7 +423,7 @@ def test_a_swapped_low_priority_request_does_not_thrash_with_an_urgent_waiting_o
                 engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), priority=priority)
         engine.step()
     run_checked(engine)
-    assert all(r.status.finished for r in engine.requests.values())
+    assert all(r.status.finished for r in engine.seen.values())
 
 
 def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
@@ -436,4 +436,4 @@ def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
     engine.add_request([1], SamplingParams(max_tokens=1, ignore_eos=True), "urgent", priority=0)
     run_checked(engine)
     assert engine.trace.steps[1].swapped_out == ["low"] and any("low" in s.swapped_in for s in engine.trace.steps)
-    assert engine.requests["low"].status is RequestStatus.FINISHED_LENGTH
+    assert engine.seen["low"].status is RequestStatus.FINISHED_LENGTH

@@ -39,6 +39,13 @@ class PaddingChunk:
     num_tokens: int
 
 
+@dataclass(frozen=True)
+class BlockCopy:
+    """KV blocks to copy between the device pool and the CPU swap pool, as (from, to) block pairs."""
+    to_cpu: bool                    # True: a swap-out (device -> CPU); False: a swap-in (CPU -> device)
+    pairs: list[tuple[int, int]]
+
+
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
@@ -48,8 +55,10 @@ class SchedulerOutput:
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
     swapped_out: list[Request] = field(default_factory=list)  # preempted by swapping (also in preempted)
     swapped_in: list[Request] = field(default_factory=list)
-    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, CPU block) copies to run first
-    swap_in: list[tuple[int, int]] = field(default_factory=list)   # (CPU block, device block) copies
+    # Every swap of the step, in the order the scheduler decided them. They must run in that order:
+    # a request swapped in and out again in one step is copied out of the blocks its swap-in fills,
+    # and a block freed by one swap may be the target of the next.
+    block_copies: list[BlockCopy] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

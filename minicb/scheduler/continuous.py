@@ -20,7 +20,7 @@ from typing import Callable
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
-from minicb.scheduler import ScheduledChunk, SchedulerOutput
+from minicb.scheduler import BlockCopy, ScheduledChunk, SchedulerOutput
 from minicb.scheduler.policy import PreemptionCost, rank, should_swap, victim
 
 
@@ -120,13 +120,16 @@ class ContinuousScheduler:
         return out
 
     def _swap_in(self, out: SchedulerOutput, keep_free: int) -> None:
-        """Swapped sequences come back first, while seats and blocks allow, and run this step."""
+        """Swapped sequences come back first, while seats and blocks allow, and run this step. A
+        sequence comes back only with room for the chunk it will run, so that chunk cannot send it
+        straight back out (two copies for nothing)."""
         while self.swapped and not out.preempted and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            if self._waiting_goes_first(req) or not self.blocks.can_swap_in(req.request_id, keep_free):
+            chunk = max(1, self._chunk_size(req, step_is_empty=not out.chunks))
+            if self._waiting_goes_first(req) or not self.blocks.can_swap_in(req.request_id, keep_free, chunk):
                 break
             self.swapped.popleft()
-            out.swap_in += self.blocks.swap_in(req.request_id)
+            out.block_copies.append(BlockCopy(False, self.blocks.swap_in(req.request_id)))
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.swapped_in.append(req)
@@ -217,7 +220,7 @@ class ContinuousScheduler:
         out.preempted.append(req)
         self.blocks.truncate(req.request_id, req.num_computed_tokens)
         if self._should_swap(req):
-            out.swap_out += self.blocks.swap_out(req.request_id)
+            out.block_copies.append(BlockCopy(True, self.blocks.swap_out(req.request_id)))
             req.status = RequestStatus.SWAPPED
             bisect.insort(self.swapped, req, key=rank)
             out.swapped_out.append(req)

@@ -4,7 +4,7 @@ Task 1  paged_decode_attention   pytest tests/exercises -k lesson05_task1
 
 On a CPU, Triton runs under its interpreter: TRITON_INTERPRET=1 must be set before Python starts
 (the lesson's first cell does it for the notebook; `make test` sets it for the tests). Read
-kernels/store_kv.py, kernels/prefill.py and kernels/tiles.py first: the tile loop, the block-table
+store_kv.py, prefill.py and tiles.py in kernels/minicb_kernels/ first: the tile loop, the block-table
 indirection (load_context_tile) and the online softmax (online_softmax_update) are all there, for
 the varlen kernel. The engine runs yours for every decode step with `attn_backend="triton"`.
 """

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO
 
 from minicb.engine import LLM
 from minicb.metrics import summarize
@@ -19,12 +20,22 @@ def bard_prompt(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def stream_one(llm: LLM, prompt: str, params: SamplingParams, out=sys.stdout) -> RequestOutput:
-    """Print one completion as it is generated, token by token."""
-    out.write(prompt)
-    for _, new_text, output in llm.stream([prompt], params):
-        out.write(new_text)
-        out.flush()
+def stream_one(llm: LLM, prompt: str, params: SamplingParams, out: TextIO | None = None) -> RequestOutput:
+    """Print one completion as it is generated, token by token (to stdout unless out is given)."""
+    out = out or sys.stdout
+    echoed = False
+    try:
+        for _, new_text, output in llm.stream([prompt], params):
+            if not echoed:   # only once the engine has accepted it: a refused prompt prints nothing but the error
+                out.write(prompt)
+                echoed = True
+            out.write(new_text)
+            out.flush()
+    except Exception:
+        if echoed:   # end the half-streamed line, so the error message starts on its own line
+            out.write("\n")
+            out.flush()
+        raise
     completion = output.outputs[0]
     out.write(f"\n[{len(completion.token_ids)} tokens, finished: {completion.finish_reason}]\n")
     return output
@@ -57,11 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     common.add_argument("--dtype", default=None,
                         help="float32, float16 or bfloat16 (default: fp32 on CPU, bf16/fp16 on GPU)")
-    common.add_argument("--seed", type=int, default=0)
-    common.add_argument("--temperature", type=float, default=0.8)
-    common.add_argument("--top-k", type=int, default=-1)
-    common.add_argument("--top-p", type=float, default=1.0)
-    common.add_argument("--max-tokens", type=int, default=256)
+    common.add_argument("--seed", type=int, default=0,
+                        help="sampling seed: the same seed gives the same completion (default: %(default)s)")
+    common.add_argument("--temperature", type=float, default=0.8,
+                        help="sampling temperature, 0 for greedy (default: %(default)s, where Bard reads best; "
+                             "note SamplingParams' own default is 1.0)")
+    common.add_argument("--top-k", type=int, default=-1,
+                        help="sample from the k most likely tokens only; -1 or 0 keeps all (default: %(default)s)")
+    common.add_argument("--top-p", type=float, default=1.0,
+                        help="sample from the smallest set of tokens whose probability reaches p "
+                             "(default: %(default)s, all)")
+    common.add_argument("--max-tokens", type=int, default=256,
+                        help="new tokens at most per completion, EOS included (default: %(default)s)")
     gen = sub.add_parser("generate", parents=[common], help="stream one completion to the terminal")
     gen.add_argument("--prompt", required=True, help="for Bard a speaker line such as 'ROMEO.' (a newline is added)")
     sub.add_parser("demo", parents=[common], help="two streamed speeches, then static vs continuous batching")
@@ -77,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write("\n")
         if args.command == "demo":
             compare_batching(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError, ArithmeticError) as err:
+        # Bad input (ValueError, a prompt that is not valid Unicode included), a model path that is missing or is
+        # a file (OSError), NaN logits (ArithmeticError): their messages name the fix, so a traceback adds nothing.
+        sys.stdout.flush()   # whatever was streamed comes first, also where stdout is a buffered pipe
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

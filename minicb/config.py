@@ -1,10 +1,21 @@
 """EngineConfig: every knob of the engine in one place, validated, each with the reason it exists."""
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from minicb.scheduler.policy import PREEMPTION_MODES, PreemptionCost
 from minicb.simulator import StepCost
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)   # True is an int to Python, not a size
+
+
+def _is_finite_number(value: object) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)   # NaN fails every < and >
 
 
 @dataclass
@@ -47,6 +58,8 @@ class EngineConfig:
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
     #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
     trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
+    trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory stays
+    #                                     flat; 0: no trace at all; None: keep every step
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
@@ -57,28 +70,29 @@ class EngineConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
+
+        def check(name: str, valid: Callable[[Any], bool], fix: str) -> None:
+            value = getattr(self, name)
+            if not valid(value):
+                raise ValueError(f"EngineConfig.{name}={value!r} is invalid: {fix}")
+
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is invalid: use an integer >= 1")
-        if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
-            raise ValueError(f"EngineConfig.num_blocks={self.num_blocks!r} is invalid: use an integer >= 1 or None")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"EngineConfig.max_model_len={self.max_model_len!r} is invalid: "
-                             "use an integer >= 2 or None")
-        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
-            raise ValueError(f"EngineConfig.long_prefill_token_threshold={self.long_prefill_token_threshold!r} is "
-                             "invalid: use an integer >= 0 (0 = no cap)")
-        if self.max_waiting is not None and (not isinstance(self.max_waiting, int) or self.max_waiting < 0):
-            raise ValueError(f"EngineConfig.max_waiting={self.max_waiting!r} is invalid: use an integer >= 0 or None")
-        if self.max_queue_delay_s is not None and not self.max_queue_delay_s > 0:
-            raise ValueError(f"EngineConfig.max_queue_delay_s={self.max_queue_delay_s!r} is invalid: "
-                             "use a number of seconds > 0 or None")
+            check(name, lambda v: _is_int(v) and v >= 1, "use an integer >= 1")
+        check("num_blocks", lambda v: v is None or (_is_int(v) and v >= 1), "use an integer >= 1 or None")
+        check("max_model_len", lambda v: v is None or (_is_int(v) and v >= 2),
+              "use an integer >= 2 or None (None: what the model supports)")
+        check("long_prefill_token_threshold", lambda v: _is_int(v) and v >= 0, "use an integer >= 0 (0 = no cap)")
+        check("max_waiting", lambda v: v is None or (_is_int(v) and v >= 0), "use an integer >= 0 or None")
+        check("trace_max_steps", lambda v: v is None or (_is_int(v) and v >= 0),
+              "use an integer >= 0 (0 turns the trace off) or None (keep every step)")
+        check("max_queue_delay_s", lambda v: v is None or (_is_finite_number(v) and v > 0),
+              "use a finite number of seconds > 0 or None")
+        check("swap_space_mb", lambda v: _is_finite_number(v) and v >= 0, "use a finite number >= 0")
+        check("kv_cache_memory_mb", lambda v: _is_finite_number(v) and v > 0, "use a finite number > 0")
+        for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks"):
+            check(name, lambda v: isinstance(v, bool), "use True or False")
+        check("seed", _is_int, "use an integer")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "
                              f"{self.batching!r}: a static batch runs whole prompts, first come first served")
-        if self.swap_space_mb < 0:
-            raise ValueError(f"EngineConfig.swap_space_mb={self.swap_space_mb!r} is invalid: use a number >= 0")
-        if self.kv_cache_memory_mb <= 0:
-            raise ValueError(f"EngineConfig.kv_cache_memory_mb={self.kv_cache_memory_mb!r} is invalid: "
-                             "use a number > 0")

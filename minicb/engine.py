@@ -31,7 +31,7 @@ from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.policy import PreemptionCost, measure_preemption_cost
 from minicb.scheduler.static import StaticScheduler
 from minicb.simulator import SimulatedRunner, StepCost
-from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, StepRecord, Trace
+from minicb.trace import DECODE, IDLE, PAD, PREFILL, StepRecord, Trace
 
 
 Prompt = Union[str, list[int], dict]
@@ -125,7 +125,7 @@ class LLMEngine:
         else:
             self.scheduler = StaticScheduler(self.block_manager, c.max_num_seqs, c.max_num_batched_tokens,
                                              pad_to_longest=c.batching == "padded")
-        self.trace = Trace(num_seats=c.max_num_seqs)
+        self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
         self._unrecorded_preemptions: list[str] = []      # kept for the next StepRecord if a step runs nothing
@@ -272,6 +272,7 @@ class LLMEngine:
             returned = self.scheduler.update(out)
             for req in returned:
                 req.metrics.finished_time = start
+                self.trace.release(req.request_id)
             return self._hand_back(outputs + [RequestOutput.of(r) for r in returned])
         batch = self.parts.build_flat_batch(sequence_chunks(out, self.block_manager.tables), self.config.block_size,
                                             self.runner.device)
@@ -356,18 +357,23 @@ class LLMEngine:
 
     def _record(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
                 context_tokens: int) -> None:
-        slots: list[tuple[str | None, str]] = [(None, EMPTY)] * self.trace.num_seats
+        trace = self.trace
+        if not trace.enabled:   # trace_max_steps=0: no record, no seats; the events it would hold are let go
+            trace.count_unkept_step()
+            self._unrecorded_preemptions, self._unrecorded_swaps = [], []
+            return
+        seats: dict[int, tuple[str, str]] = {}
         for chunk in out.chunks:
             phase = PREFILL if chunk.prefill else DECODE
-            slots[self.trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
+            seats[trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
         for req in out.idle_slots:
-            slots[self.trace.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
+            seats[trace.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
         for req in returned:
-            self.trace.release(req.request_id)
+            trace.release(req.request_id)
         usage = self.block_manager.usage()
         prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
-        self.trace.steps.append(StepRecord(
-            step=len(self.trace.steps), start_time=start, duration=end - start, slots=slots,
+        trace.record(StepRecord(
+            step=trace.num_steps, start_time=start, duration=end - start, num_seats=trace.num_seats, seats=seats,
             num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
             decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
             blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,

@@ -36,7 +36,7 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "duration_s": span,
         "output_tok_per_s": tokens / span if span > 0 else float("nan"),
         "requests_per_s": len(served) / span if span > 0 else float("nan"),
-        "steps": len(trace.steps),
+        "steps": trace.num_steps,   # every step run, those the trace no longer keeps included
         "slot_utilization": trace.slot_utilization,
         "padding_waste": trace.padding_waste,
         "ttft": latency_summary([x.ttft for x in m]),

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -16,9 +16,19 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """'auto' is the GPU when torch sees one, else the CPU; minicb runs on 'cpu' and 'cuda' only."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    supported = "minicb runs on 'cpu' or 'cuda' (or 'cuda:N'); use one of those, or 'auto'"
+    if isinstance(device, str) and device.split(":")[0].strip().lower() == "gpu":
+        raise ValueError(f"device={device!r} is unknown to torch: for an NVIDIA GPU use "
+                         f"{device.lower().replace('gpu', 'cuda')!r} (or 'auto')")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:   # torch's message lists devices minicb cannot run on
+        raise ValueError(f"device={device!r} is not a valid device string: {supported}") from err
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={str(device)!r} is not supported: {supported}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked for but torch sees no GPU; use device='cpu' or 'auto', "
                          "or install a CUDA build of torch")
@@ -31,10 +41,13 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         if device.type != "cuda":
             return torch.float32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    allowed = f"use one of {', '.join(DTYPES)} (as a string or a torch.dtype) or 'auto'"
     if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype={dtype} is not supported; {allowed}")
         return dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)} or 'auto'")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is unknown; {allowed}")
     return DTYPES[dtype]
 
 

@@ -13,7 +13,7 @@ import torch
 @dataclass
 class SamplingParams:
     temperature: float = 1.0          # 0 means greedy (argmax)
-    top_k: int = -1                   # keep the k most likely tokens; -1 keeps all
+    top_k: int = -1                   # keep the k most likely tokens; -1 (or 0) keeps all
     top_p: float = 1.0                # keep the smallest set whose probability reaches top_p
     max_tokens: int = 256             # new tokens at most, EOS included
     stop: list[str] = field(default_factory=list)        # finish when the text contains one; it is cut off
@@ -25,27 +25,48 @@ class SamplingParams:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"SamplingParams.{name}={getattr(self, name)!r} is invalid: {allowed}")
 
-        if isinstance(self.stop, str):
+        def is_int(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)   # True is an int to Python, not to us
+
+        def is_number(value: object) -> bool:
+            return is_int(value) or isinstance(value, float)
+
+        # vLLM's conventions, so code written for it runs here: None means "none", and top_k=0 means "off".
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
             self.stop = [self.stop]
-        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < float("inf"):
+        elif isinstance(self.stop, tuple):
+            self.stop = list(self.stop)
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        elif isinstance(self.stop_token_ids, tuple):
+            self.stop_token_ids = list(self.stop_token_ids)
+        if is_int(self.top_k) and self.top_k == 0:
+            self.top_k = -1
+
+        if not is_number(self.temperature) or not 0 <= self.temperature < float("inf"):
             raise bad("temperature", "use a finite number >= 0 (0 = greedy)")
-        if not isinstance(self.top_k, int) or not (self.top_k == -1 or self.top_k >= 1):
-            raise bad("top_k", "use -1 (disabled) or an integer >= 1")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not is_int(self.top_k) or not (self.top_k == -1 or self.top_k >= 1):
+            raise bad("top_k", "use -1 or 0 (disabled) or an integer >= 1")
+        if not is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "use a number in (0, 1]")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise bad("max_tokens", "use an integer >= 1")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise bad("stop", "use a list of non-empty strings")
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "use a list of token ids (integers >= 0)")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise bad("seed", "use an integer or None")
+        if not isinstance(self.stop, list) or any(not isinstance(s, str) or not s for s in self.stop):
+            raise bad("stop", "use a string or a list of non-empty strings, such as ['\\n\\n']")
+        if is_int(self.stop_token_ids):
+            raise bad("stop_token_ids", f"use a list such as [{self.stop_token_ids}]")
+        if not isinstance(self.stop_token_ids, list) or any(not is_int(t) or t < 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "use a list of token ids (integers >= 0), such as [7]")
+        if not isinstance(self.ignore_eos, bool):
+            raise bad("ignore_eos", "use True or False")
+        if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
+            raise bad("seed", "use an integer in the int64 range [-2**63, 2**63 - 1] or None")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -80,7 +101,7 @@ def _inverse_cdf(logits: torch.Tensor, params: list[SamplingParams], u: torch.Te
                  use_filters: bool) -> torch.Tensor:
     """(R, V) logits -> (R,) tokens. With filters, the vocabulary is first sorted by logit so that
     top-k and top-p become masks over ranks; without, sorting (the costly part) is skipped."""
-    R, V = logits.shape
+    V = logits.shape[1]
     device = logits.device
     scaled = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
     order = None

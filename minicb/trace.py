@@ -1,10 +1,15 @@
 """The trace: one StepRecord per forward step, what the widgets animate and the metrics count.
 
-Plain data only (ints, floats, strings, lists), so a trace exports to a list of dicts or JSON
+Plain data only (ints, floats, strings, lists, dicts), so a trace exports to a list of dicts or JSON
 and means the same whether the step ran on Bard or in the simulator.
+
+A trace must not cost more than the steps it describes: a step stores only its occupied seats (an
+engine may have a million seats and run eight requests), and a long-lived engine keeps only its most
+recent steps (Trace.max_steps), while the totals the metrics need cover every step.
 """
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -16,10 +21,11 @@ EMPTY = "empty"   # no request
 
 @dataclass
 class StepRecord:
-    step: int
+    step: int                             # index among all steps run, those the trace dropped included
     start_time: float
     duration: float
-    slots: list[tuple[str | None, str]]   # per seat: (request id or None, prefill|decode|idle|pad|empty)
+    num_seats: int
+    seats: dict[int, tuple[str, str]]     # occupied seats only: seat -> (request id, prefill|decode|idle|pad)
     num_tokens: int                       # useful tokens computed this step (prefill + decode)
     context_tokens: int                   # KV entries attention read this step, summed over sequences
     prefill_tokens: int
@@ -38,48 +44,119 @@ class StepRecord:
     waiting: int = 0
     kv_blocks: list[tuple[str | None, int]] | None = None  # per block: (owner, tokens in it), if traced
 
+    def slot(self, seat: int) -> tuple[str | None, str]:
+        """(request id or None, phase) of one seat."""
+        return self.seats.get(seat, (None, EMPTY))
+
+    @property
+    def slots(self) -> list[tuple[str | None, str]]:
+        """Every seat, empty ones included, as (request id or None, phase): built on demand, O(num_seats)."""
+        slots: list[tuple[str | None, str]] = [(None, EMPTY)] * self.num_seats
+        for seat, occupant in self.seats.items():
+            slots[seat] = occupant
+        return slots
+
     @property
     def useful_slots(self) -> int:
-        return sum(phase in (PREFILL, DECODE) for _, phase in self.slots)
+        return sum(phase in (PREFILL, DECODE) for _, phase in self.seats.values())
+
+    def to_row(self) -> dict:
+        """The step as plain data, with one (request id, phase) per seat under "slots", as the export has it."""
+        row = {}
+        for name, value in asdict(self).items():
+            if name == "seats":
+                row["slots"] = self.slots
+            elif name != "num_seats":
+                row[name] = value
+        return row
 
 
 @dataclass
 class Trace:
     num_seats: int
+    max_steps: int | None = None      # keep at most this many most recent steps; 0 keeps none; None keeps all
     steps: list[StepRecord] = field(default_factory=list)
     arrivals: dict[str, float] = field(default_factory=dict)   # request id -> arrival time (the queued phase)
+    num_dropped_steps: int = 0        # steps run but not kept: the oldest ones past max_steps, or all with it 0
     _seat_of: dict[str, int] = field(default_factory=dict)
+    _released_seats: list[int] = field(default_factory=list)   # a heap of freed seats below _seats_opened
+    _seats_opened: int = 0            # seats 0 .. _seats_opened - 1 have been handed out at least once
+    # Totals over every recorded step, dropped ones included, so the metrics do not depend on max_steps.
+    _useful_slot_steps: int = 0
+    _useful_tokens: int = 0
+    _padding_tokens: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_steps != 0
+
+    @property
+    def num_steps(self) -> int:
+        """Every step the engine ran, kept or not."""
+        return self.num_dropped_steps + len(self.steps)
 
     def seat_for(self, request_id: str) -> int:
-        """A request keeps one seat from admission until it leaves, so a row in the widget is a seat."""
+        """A request keeps one seat from admission until it leaves, so a row in the widget is a seat.
+        It gets the lowest free one: the smallest released seat, else the next never used."""
         if request_id not in self._seat_of:
-            taken = set(self._seat_of.values())
-            self._seat_of[request_id] = min(s for s in range(self.num_seats) if s not in taken)
+            if self._released_seats:
+                seat = heapq.heappop(self._released_seats)
+            elif self._seats_opened < self.num_seats:
+                seat, self._seats_opened = self._seats_opened, self._seats_opened + 1
+            else:
+                raise RuntimeError(f"all {self.num_seats} seats are taken: the scheduler ran more sequences "
+                                   "than max_num_seqs")
+            self._seat_of[request_id] = seat
         return self._seat_of[request_id]
 
     def release(self, request_id: str) -> None:
-        self._seat_of.pop(request_id, None)
+        seat = self._seat_of.pop(request_id, None)
+        if seat is not None:
+            heapq.heappush(self._released_seats, seat)
+
+    def record(self, step: StepRecord) -> None:
+        """Keep a step; past max_steps, drop the oldest ones."""
+        self.steps.append(step)
+        self._useful_slot_steps += step.useful_slots
+        self._useful_tokens += step.num_tokens
+        self._padding_tokens += step.padding_tokens
+        if self.max_steps is not None and len(self.steps) > self.max_steps:
+            # Down to half the limit in one del: the copy it makes is paid for by the next max_steps / 2
+            # appends, so recording stays O(1) per step on average.
+            drop = len(self.steps) - (self.max_steps + 1) // 2
+            del self.steps[:drop]
+            self.num_dropped_steps += drop
+
+    def count_unkept_step(self) -> None:
+        """A step ran with the trace off: count it, keep nothing."""
+        self.num_dropped_steps += 1
 
     @property
     def slot_utilization(self) -> float:
-        """Useful slot-steps / all slot-steps: how much of the batch's capacity did real work."""
-        return self.slot_utilization_until(len(self.steps) - 1)
+        """Useful slot-steps / all slot-steps over every step recorded: how much of the batch's capacity did
+        real work. nan with the trace off."""
+        if not self.enabled:
+            return float("nan")
+        total = self.num_steps * self.num_seats
+        return self._useful_slot_steps / total if total else 0.0
 
     def slot_utilization_until(self, step: int) -> float:
-        """The same over steps 0..step (what a widget playing the run has shown so far)."""
+        """The same over the kept steps 0..step (what a widget playing the run has shown so far)."""
         played = self.steps[:step + 1]
-        total = sum(len(s.slots) for s in played)
+        total = len(played) * self.num_seats
         return sum(s.useful_slots for s in played) / total if total else 0.0
 
     @property
     def padding_waste(self) -> float:
-        """Computed-and-discarded tokens / all computed tokens (non-zero for the dense baseline only)."""
-        pads = sum(s.padding_tokens for s in self.steps)
-        total = pads + sum(s.num_tokens for s in self.steps)
-        return pads / total if total else 0.0
+        """Computed-and-discarded tokens / all computed tokens over every step recorded (non-zero for the
+        dense baseline only). nan with the trace off."""
+        if not self.enabled:
+            return float("nan")
+        total = self._padding_tokens + self._useful_tokens
+        return self._padding_tokens / total if total else 0.0
 
     def to_rows(self) -> list[dict]:
-        return [asdict(s) for s in self.steps]
+        return [s.to_row() for s in self.steps]
 
     def to_json(self) -> str:
         return json.dumps({"num_seats": self.num_seats, "arrivals": self.arrivals, "steps": self.to_rows()})

@@ -201,3 +201,5 @@ def check_states(engine) -> None:
     assert all(engine.requests[r].status is RequestStatus.SWAPPED for r in swapped)
     assert set(swapped) == set(engine.block_manager.swapped), "swap pool and scheduler disagree"
     assert len(sched.running) <= engine.config.max_num_seqs
+    holding = set(running) | {r.request_id for r in getattr(sched, "batch", [])}   # static: idle members too
+    assert set(engine.trace._seat_of) <= holding, "a seat is held by a request that left the batch"

@@ -60,3 +60,66 @@ def test_cli_reports_bad_input_clearly(tmp_path):
     assert missing.returncode == 2 and "error: model folder" in missing.stderr and "Traceback" not in missing.stderr
     bad = run_cli("generate", "--prompt", "ROMEO.", "--temperature", "-1")
     assert bad.returncode == 2 and "SamplingParams.temperature=-1.0 is invalid" in bad.stderr
+
+
+# In-process: main(argv) with capsys, no subprocess start-up per check.
+
+def test_every_sampling_flag_has_help_and_the_cli_temperature_default_is_explained(capsys):
+    import pytest
+
+    from minicb.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["generate", "--help"])
+    assert done.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())   # argparse wraps lines wherever it likes
+    assert "sampling seed: the same seed gives the same completion (default: 0)" in help_text
+    assert "0 for greedy (default: 0.8, where Bard reads best; note SamplingParams' own default is 1.0)" in help_text
+    assert "-1 or 0 keeps all (default: -1)" in help_text
+    assert "whose probability reaches p (default: 1.0, all)" in help_text
+    assert "new tokens at most per completion, EOS included (default: 256)" in help_text
+
+
+class FailingMidStream:
+    """Stands in for LLM: streams one piece of text, then fails the way a NaN in the logits does."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def stream(self, prompts, params):
+        yield 0, "But soft", None
+        raise FloatingPointError("logits contain NaN or inf; those requests cannot be sampled")
+
+
+def test_an_error_mid_stream_starts_on_its_own_line(capsys, monkeypatch):
+    import minicb.cli
+
+    monkeypatch.setattr(minicb.cli, "LLM", FailingMidStream)
+    assert minicb.cli.main(["generate", "--prompt", "ROMEO."]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "ROMEO.\nBut soft\n"
+    assert captured.err == "error: logits contain NaN or inf; those requests cannot be sampled\n"
+
+
+def test_a_refused_prompt_prints_only_the_error(capsys):
+    from minicb.cli import main
+
+    assert main(["generate", "--prompt", "ROMEO.\udcff", "--device", "cpu"]) == 2   # as a shell gives invalid UTF-8
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: the prompt is not valid Unicode text") and "Traceback" not in captured.err
+    assert main(["generate", "--prompt", "ROMEO. " * 600, "--device", "cpu"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: the prompt has ")
+
+
+def test_the_cli_names_the_fix_for_a_bad_device_or_a_model_file(capsys):
+    from minicb.cli import main
+    from minicb.model.loader import BARD_PATH
+
+    assert main(["generate", "--prompt", "ROMEO.", "--device", "mps"]) == 2
+    assert "error: device='mps' is not supported: minicb runs on 'cpu' or 'cuda'" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "ROMEO.", "--device", "gpu"]) == 2
+    assert "for an NVIDIA GPU use 'cuda'" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "ROMEO.", "--model", str(BARD_PATH / "config.json")]) == 2
+    assert "is a file, not a folder: pass the folder that holds config.json" in capsys.readouterr().err

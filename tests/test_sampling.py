@@ -9,7 +9,7 @@ from minicb.sampling import SamplingParams, find_stop, sample
 
 @pytest.mark.parametrize("field,value", [
     ("temperature", -0.1), ("temperature", float("nan")), ("temperature", float("inf")),
-    ("top_k", 0), ("top_k", -2), ("top_k", 2.5),
+    ("top_k", -2), ("top_k", 2.5), ("top_k", True),
     ("top_p", 0.0), ("top_p", 1.5),
     ("max_tokens", 0), ("max_tokens", -3),
     ("stop", [""]), ("stop_token_ids", [-1]), ("seed", "abc"),

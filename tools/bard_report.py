@@ -42,7 +42,8 @@ def main() -> None:
     seconds = time.time() - start
     lengths = sorted(len(o.token_ids) for o in outputs)
     ended = sum(o.finish_reason == "stop" for o in outputs) / len(outputs)
-    samples = llm.generate(list(SAMPLE_SPEAKERS), [SamplingParams(temperature=args.temperature, max_tokens=120,
+    # The README's samples: `python -m minicb generate --prompt ROMEO. --seed 1` and so on, at the CLI's defaults.
+    samples = llm.generate(list(SAMPLE_SPEAKERS), [SamplingParams(temperature=args.temperature, max_tokens=256,
                                                                   seed=args.seed + 1 + i) for i in range(3)],
                            use_tqdm=False)
     training = json.loads((BARD_PATH / "training_report.json").read_text())

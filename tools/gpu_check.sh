@@ -23,10 +23,8 @@ if ! $python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
     exit 2
 fi
 
-# The folder kernels/ imports as minicb_kernels; a link gives it that name without installing anything.
-pythonpath=$(mktemp -d)
-ln -s "$PWD/kernels" "$pythonpath/minicb_kernels"
-export PYTHONPATH=$PWD:$pythonpath PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
+# minicb and minicb_kernels (kernels/minicb_kernels) import from this checkout without installing anything.
+export PYTHONPATH=$PWD:$PWD/kernels PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
 
 {
     echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"

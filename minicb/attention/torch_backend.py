@@ -63,7 +63,8 @@ def dense_layout(meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor
         row_in_seq = torch.arange(len(seq_of_row), device=device) - meta.cu_seqlens_q[:-1].long()[seq_of_row]
         q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=device)[None, :]  # (B, Q)
         visible = pos[None, None, :] <= q_pos[:, :, None]                                        # (B, Q, S)
-        meta.derived[key] = (context_slots, seq_of_row, row_in_seq, visible[:, None])
+        past_end = (pos[None, :] >= meta.seq_lens.long()[:, None]).flatten().nonzero()[:, 0]   # (P,) of B * S
+        meta.derived[key] = (context_slots, past_end, seq_of_row, row_in_seq, visible[:, None])
     return meta.derived[key]
 
 
@@ -77,10 +78,15 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
     """
     store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-    context_slots, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1])
+    context_slots, past_end, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1])
     B, S = context_slots.shape
-    keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *k.shape[1:])    # (B, S, n_kv, hd)
-    values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *v.shape[1:])  # (B, S, n_kv, hd)
+    keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten())      # (B * S, n_kv, hd)
+    values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten())    # (B * S, n_kv, hd)
+    # Positions past a sequence's end read block 0 or a reused block's stale tail, which may hold another
+    # request's NaN or inf. The mask gives them weight 0, but 0 * NaN is NaN: zero them so they add nothing.
+    keys.index_fill_(0, past_end, 0.0)
+    values.index_fill_(0, past_end, 0.0)
+    keys, values = keys.view(B, S, *k.shape[1:]), values.view(B, S, *v.shape[1:])  # (B, S, n_kv, hd) each
     decode_only = meta.max_seqlen_q == 1   # one row per sequence, in order: no scatter needed
     if decode_only:
         queries = q[:, None]                                                 # (B, 1, H, hd)

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# The sizes every Llama-family config.json states; the rest have defaults.
+REQUIRED_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,10 @@ def read_model_config(folder: str | Path) -> ModelConfig:
         raise FileNotFoundError(
             f"no config.json in {folder}: pass a local Hugging Face model folder (minicb never downloads "
             "weights), or leave the model unset to use the shipped Bard model")
-    raw = json.loads(path.read_text())
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); restore the config.json saved with the weights") from err
     arch = (raw.get("architectures") or ["<missing>"])[0]
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(f"architecture {arch!r} in {path} is not supported; minicb supports "
@@ -75,6 +80,13 @@ def read_model_config(folder: str | Path) -> ModelConfig:
     if raw.get("layer_types") and any(t != "full_attention" for t in raw["layer_types"]):
         raise ValueError(f"{path} uses sliding-window layers ({set(raw['layer_types'])}); "
                          "minicb implements full attention only")
+    missing = [key for key in REQUIRED_SIZES if key not in raw]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}, which minicb needs to build the model; "
+                         "restore the config.json saved with the weights")
+    for key in REQUIRED_SIZES:
+        if not isinstance(raw[key], int) or isinstance(raw[key], bool) or raw[key] < 1:
+            raise ValueError(f"{path} has {key}={raw[key]!r}; it must be an integer >= 1")
     num_heads = raw["num_attention_heads"]
     theta, scaling = _rope_settings(raw)
     max_pos = raw.get("max_position_embeddings", 2048)

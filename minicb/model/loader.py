@@ -16,6 +16,11 @@ BARD_PATH = Path(__file__).resolve().parent.parent / "assets" / "bard"
 def resolve_model_path(model: str | Path | None) -> Path:
     """None means the shipped Bard model; anything else must be a local folder."""
     path = BARD_PATH if model is None else Path(model).expanduser()
+    if path.is_file():
+        guess = f" ({str(path.parent)!r} here)" if (path.parent / "config.json").is_file() else ""
+        raise NotADirectoryError(
+            f"model path {str(path)!r} is a file, not a folder: pass the folder that holds config.json and "
+            f"*.safetensors{guess}")
     if not path.is_dir():
         raise FileNotFoundError(
             f"model folder {str(path)!r} does not exist: pass a local folder holding config.json and "
@@ -42,14 +47,21 @@ def load_model(model: str | Path | None = None, device: str | torch.device = "cp
     config = read_model_config(folder)
     with torch.device("meta"):
         lm = CausalLM(config)
-    expected = set(lm.state_dict().keys())
+    shapes = {name: tuple(tensor.shape) for name, tensor in lm.state_dict().items()}   # meta: shapes, no data
+    expected = set(shapes)
     if config.tie_word_embeddings:
         expected.discard("lm_head.weight")
     tensors: dict[str, torch.Tensor] = {}
     for file in _checkpoint_files(folder):
         with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():   # noqa: SIM118 (safe_open is not iterable)
                 if name in expected:
+                    found = tuple(f.get_slice(name).get_shape())
+                    if found != shapes[name]:
+                        raise ValueError(
+                            f"tensor {name!r} in {file} has shape {list(found)} but {folder / 'config.json'} "
+                            f"implies {list(shapes[name])}: the weights and config.json come from different "
+                            "models; use the config.json saved with these weights")
                     tensors[name] = f.get_tensor(name).to(dtype)
     missing = expected - tensors.keys()
     if missing:

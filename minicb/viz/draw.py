@@ -22,9 +22,8 @@ def request_colors(trace: Trace) -> dict[str, str]:
     """Request id -> colour, by order of first appearance in the seats."""
     colors: dict[str, str] = {}
     for record in trace.steps:
-        for rid, _ in record.slots:
-            if rid is not None:
-                color_of(colors, rid)
+        for _, (rid, _) in sorted(record.seats.items()):
+            color_of(colors, rid)
     return colors
 
 

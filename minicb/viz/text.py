@@ -23,7 +23,7 @@ def occupancy_chart(trace: Trace, width: int = 96) -> str:
     for seat in range(trace.num_seats):
         cells = []
         for start in range(0, len(steps), group):
-            rid, phase = steps[start].slots[seat]
+            rid, phase = steps[start].slot(seat)
             if phase in (PREFILL, DECODE):
                 ch = letter.setdefault(rid, LETTERS[len(letter) % len(LETTERS)])
                 cells.append(ch.upper() if phase == PREFILL else ch)
@@ -31,5 +31,6 @@ def occupancy_chart(trace: Trace, width: int = 96) -> str:
                 cells.append({IDLE: ".", PAD: ":"}.get(phase, " "))
         rows.append(f"{seat:3d} |{''.join(cells)}|")
     scale = f"one column = {group} step{'s' if group > 1 else ''}; " if group > 1 else ""
-    footer = f"     {scale}{len(steps)} steps, slot utilization {100 * trace.slot_utilization:.0f}%"
+    shown = trace.slot_utilization_until(len(steps) - 1)   # of the steps drawn: a long run keeps only its newest
+    footer = f"     {scale}{len(steps)} steps, slot utilization {100 * shown:.0f}%"
     return "\n".join(rows + [footer])

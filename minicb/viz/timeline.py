@@ -25,8 +25,8 @@ def request_order(trace: Trace) -> list[str]:
     order = sorted(trace.arrivals, key=trace.arrivals.__getitem__)
     seen = set(order)
     for record in trace.steps:
-        for rid, _ in record.slots:
-            if rid is not None and rid not in seen:
+        for _, (rid, _) in sorted(record.seats.items()):
+            if rid not in seen:
                 seen.add(rid)
                 order.append(rid)
     return order
@@ -35,7 +35,7 @@ def request_order(trace: Trace) -> list[str]:
 def request_phases(trace: Trace, rid: str) -> list[str]:
     """The request's phase in every step: prefill, decode, idle, pad, queued, or empty (not there)."""
     starts = [r.start_time for r in trace.steps]
-    seat_phase = [dict(r.slots).get(rid) for r in trace.steps]
+    seat_phase = [dict(r.seats.values()).get(rid) for r in trace.steps]
     first_run = next((j for j, p in enumerate(seat_phase) if p is not None), len(starts))
     arrived = bisect_left(starts, trace.arrivals[rid]) if rid in trace.arrivals else first_run
     done = next((j for j, r in enumerate(trace.steps) if rid in r.finished), len(starts))

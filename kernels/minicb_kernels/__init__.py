@@ -1,7 +1,8 @@
 """minicb's Triton attention kernels, installed as the import package ``minicb_kernels``.
 
-The folder is ``kernels/`` (the course layout), but the import name is ``minicb_kernels`` so that it
-never shadows PyPI's ``kernels`` (Hugging Face's kernel hub, which transformers may import).
+The folder is ``kernels/minicb_kernels/`` (the course layout keeps the kernels apart from the engine), and the
+import name is ``minicb_kernels`` so that it never shadows PyPI's ``kernels`` (Hugging Face's kernel hub, which
+transformers may import).
 
 Three kernels cover everything continuous batching asks of attention, each one launch per layer:
 - ``store_kv``: scatter the step's new K/V into the paged cache through ``slot_mapping``;

@@ -1,0 +1,152 @@
+"""The trace stays small: a step stores only its occupied seats, a long run keeps only its newest steps,
+and the trace can be turned off; seats, views and metrics read the same as from a full trace."""
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import fields
+
+import pytest
+
+from minicb.config import EngineConfig
+from minicb.engine import LLMEngine
+from minicb.metrics import summarize
+from minicb.request import RequestOutput
+from minicb.sampling import SamplingParams
+from minicb.trace import EMPTY, IDLE, PAD, StepRecord, Trace
+from minicb.workload import make_workload
+
+
+class ScanSeats:
+    """The reference seat rule: the lowest seat no request holds, found by scanning every seat."""
+
+    def __init__(self, num_seats: int):
+        self.num_seats, self.seat_of = num_seats, {}
+
+    def seat_for(self, rid: str) -> int:
+        if rid not in self.seat_of:
+            taken = set(self.seat_of.values())
+            self.seat_of[rid] = min(s for s in range(self.num_seats) if s not in taken)
+        return self.seat_of[rid]
+
+    def release(self, rid: str) -> None:
+        self.seat_of.pop(rid, None)
+
+
+def test_seat_for_picks_the_lowest_free_seat_like_a_full_scan():
+    rng = random.Random(0)
+    trace, reference = Trace(num_seats=8), ScanSeats(8)
+    holding: list[str] = []
+    for k in range(2000):
+        if holding and (len(holding) == 8 or rng.random() < 0.5):
+            rid = holding.pop(rng.randrange(len(holding)))
+            trace.release(rid)
+            reference.release(rid)
+        else:
+            holding.append(str(k))
+            assert trace.seat_for(str(k)) == reference.seat_for(str(k))
+        assert all(trace.seat_for(rid) == reference.seat_for(rid) for rid in holding)   # a seat is kept
+    trace.release("never seated")   # a rejected request never had a seat
+
+
+def simulated(max_num_seqs: int = 4, num_blocks: int = 6, **config) -> LLMEngine:
+    """A simulated engine whose pool (6 blocks of 16) is tight enough for the workload below to preempt."""
+    return LLMEngine(device="cpu", simulate=True, max_num_seqs=max_num_seqs, num_blocks=num_blocks,
+                     max_model_len=num_blocks * 16, **config)
+
+
+def serve(engine: LLMEngine) -> tuple[list[RequestOutput], int]:
+    """Serve a fixed heavy-tailed workload, all queued at once; return the outputs and the most steps the trace
+    ever held."""
+    for request in make_workload(40, lengths="heavy", seed=5, max_tokens=48):
+        engine.add_request(request.prompt, request.params)
+    outputs, most_kept = [], 0
+    while engine.has_unfinished_requests():
+        outputs += [o for o in engine.step() if o.finished]
+        most_kept = max(most_kept, len(engine.trace.steps))
+    return sorted(outputs, key=lambda o: int(o.request_id)), most_kept
+
+
+@pytest.mark.parametrize("batching", ["continuous", "static", "padded"])
+def test_each_step_seats_its_requests_where_the_scan_rule_would(batching):
+    """Replay each step's events (preempted leave first, then the step's requests take seats, then the finished
+    leave) through the reference rule: every step's per-seat view matches it."""
+    engine = simulated(batching=batching)
+    serve(engine)
+    assert any(s.preempted for s in engine.trace.steps) or batching != "continuous"   # seats churn mid-run
+    reference = ScanSeats(engine.trace.num_seats)
+    for record in engine.trace.steps:
+        for rid in record.preempted:
+            reference.release(rid)
+        expected: list[str | None] = [None] * engine.trace.num_seats
+        held = [rid for rid, phase in record.seats.values() if phase in (IDLE, PAD)]
+        for rid in [*record.tokens, *held]:
+            expected[reference.seat_for(rid)] = rid
+        assert [rid for rid, _ in record.slots] == expected, record.step
+        for rid in record.finished:
+            reference.release(rid)
+
+
+def test_a_million_seats_store_only_the_occupied_ones():
+    engine = simulated(max_num_seqs=10**6, num_blocks=64)
+    for k in range(3):
+        engine.add_request("ROMEO.\n", SamplingParams(max_tokens=4 + k, ignore_eos=True))
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.trace.num_steps >= 5
+    for record in engine.trace.steps:
+        held = sum(sys.getsizeof(getattr(record, f.name)) for f in fields(record))
+        assert held < 4096, f"step {record.step} holds {held} bytes"   # a per-seat list would be 8 MB
+        assert set(record.seats) <= {0, 1, 2} and record.slot(10**6 - 1) == (None, EMPTY)
+    assert engine.trace.steps[0].seats == {0: ("0", "prefill"), 1: ("1", "prefill"), 2: ("2", "prefill")}
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in ("start_time", "duration")} for row in rows]
+
+
+def test_a_long_run_keeps_only_its_newest_steps_and_counts_them_all():
+    limit = 10
+    kept, full = simulated(trace_max_steps=limit), simulated(trace_max_steps=None)
+    outputs, most_kept = serve(kept)
+    reference, _ = serve(full)
+    assert outputs == reference
+
+    steps = kept.trace.steps
+    assert most_kept == limit and math.ceil(limit / 2) <= len(steps) <= limit
+    assert kept.trace.num_steps == full.trace.num_steps > 20 * limit
+    assert kept.trace.num_dropped_steps == full.trace.num_steps - len(steps)
+    assert comparable(kept.trace.to_rows()) == comparable(full.trace.to_rows()[-len(steps):])   # the newest
+    assert [s.step for s in steps] == list(range(kept.trace.num_steps - len(steps), kept.trace.num_steps))
+    got, want = summarize(outputs, kept.trace), summarize(reference, full.trace)
+    assert {k: got[k] for k in ("steps", "slot_utilization", "padding_waste")} == \
+        {k: want[k] for k in ("steps", "slot_utilization", "padding_waste")}
+
+
+def test_with_the_trace_off_the_engine_records_nothing_and_serves_the_same():
+    off, on = simulated(trace_max_steps=0), simulated()
+    (got, _), (want, _) = serve(off), serve(on)
+    assert [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in got] == \
+        [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in want]
+    assert any(s.preempted for s in on.trace.steps)   # events the trace-off engine had to let go of
+    assert off.trace.steps == [] and off._unrecorded_preemptions == [] and off._unrecorded_swaps == []
+    stats = summarize(got, off.trace)
+    assert stats["steps"] == on.trace.num_steps and stats["served"] == summarize(want, on.trace)["served"]
+    assert math.isnan(stats["slot_utilization"]) and math.isnan(stats["padding_waste"])
+
+
+def test_a_step_record_exports_one_entry_per_seat():
+    record = StepRecord(step=3, start_time=0.5, duration=0.25, num_seats=3, seats={2: ("a", "decode")},
+                        num_tokens=1, context_tokens=9, prefill_tokens=0, decode_tokens=1, padding_tokens=0,
+                        blocks_used=1, blocks_free=2, reserved_slots=16, token_slots=9, tokens={"a": 1})
+    row = record.to_row()
+    assert list(row)[:5] == ["step", "start_time", "duration", "slots", "num_tokens"]
+    assert row["slots"] == [(None, EMPTY), (None, EMPTY), ("a", "decode")] and "seats" not in row
+    assert record.useful_slots == 1
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "100"])
+def test_trace_max_steps_must_be_a_count_or_none(value):
+    with pytest.raises(ValueError, match="trace_max_steps"):
+        EngineConfig(trace_max_steps=value)

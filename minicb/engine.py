@@ -194,7 +194,8 @@ class LLMEngine:
             raise ValueError(f"request id {req.request_id!r} is already in use; give a new one or None")
         req.arrival_index, self._num_arrivals = self._num_arrivals, self._num_arrivals + 1
         self.requests[req.request_id] = req
-        self.trace.arrivals[req.request_id] = req.metrics.arrival_time
+        if self.trace.enabled:
+            self.trace.arrivals[req.request_id] = req.metrics.arrival_time
         reason = self._why_never_servable(req) or self._why_not_now()
         if reason:
             self._finish_unserved(req, RequestStatus.REJECTED, reason)

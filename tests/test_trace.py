@@ -131,6 +131,7 @@ def test_with_the_trace_off_the_engine_records_nothing_and_serves_the_same():
         [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in want]
     assert any(s.preempted for s in on.trace.steps)   # events the trace-off engine had to let go of
     assert off.trace.steps == [] and off._unrecorded_preemptions == [] and off._unrecorded_swaps == []
+    assert not off.trace.arrivals and not off.requests   # a long-lived engine keeps nothing per request
     stats = summarize(got, off.trace)
     assert stats["steps"] == on.trace.num_steps and stats["served"] == summarize(want, on.trace)["served"]
     assert math.isnan(stats["slot_utilization"]) and math.isnan(stats["padding_waste"])

@@ -1,21 +1,13 @@
 """EngineConfig: every knob of the engine in one place, validated, each with the reason it exists."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from minicb.checks import is_finite_number, is_int
 from minicb.scheduler.policy import PREEMPTION_MODES, PreemptionCost
 from minicb.simulator import StepCost
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)   # True is an int to Python, not a size
-
-
-def _is_finite_number(value: object) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)   # NaN fails every < and >
 
 
 @dataclass
@@ -77,21 +69,21 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name}={value!r} is invalid: {fix}")
 
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            check(name, lambda v: _is_int(v) and v >= 1, "use an integer >= 1")
-        check("num_blocks", lambda v: v is None or (_is_int(v) and v >= 1), "use an integer >= 1 or None")
-        check("max_model_len", lambda v: v is None or (_is_int(v) and v >= 2),
+            check(name, lambda v: is_int(v) and v >= 1, "use an integer >= 1")
+        check("num_blocks", lambda v: v is None or (is_int(v) and v >= 1), "use an integer >= 1 or None")
+        check("max_model_len", lambda v: v is None or (is_int(v) and v >= 2),
               "use an integer >= 2 or None (None: what the model supports)")
-        check("long_prefill_token_threshold", lambda v: _is_int(v) and v >= 0, "use an integer >= 0 (0 = no cap)")
-        check("max_waiting", lambda v: v is None or (_is_int(v) and v >= 0), "use an integer >= 0 or None")
-        check("trace_max_steps", lambda v: v is None or (_is_int(v) and v >= 0),
+        check("long_prefill_token_threshold", lambda v: is_int(v) and v >= 0, "use an integer >= 0 (0 = no cap)")
+        check("max_waiting", lambda v: v is None or (is_int(v) and v >= 0), "use an integer >= 0 or None")
+        check("trace_max_steps", lambda v: v is None or (is_int(v) and v >= 0),
               "use an integer >= 0 (0 turns the trace off) or None (keep every step)")
-        check("max_queue_delay_s", lambda v: v is None or (_is_finite_number(v) and v > 0),
+        check("max_queue_delay_s", lambda v: v is None or (is_finite_number(v) and v > 0),
               "use a finite number of seconds > 0 or None")
-        check("swap_space_mb", lambda v: _is_finite_number(v) and v >= 0, "use a finite number >= 0")
-        check("kv_cache_memory_mb", lambda v: _is_finite_number(v) and v > 0, "use a finite number > 0")
+        check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
+        check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
         for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
-        check("seed", _is_int, "use an integer")
+        check("seed", is_int, "use an integer")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "

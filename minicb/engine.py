@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minicb.batch import sequence_chunks
+from minicb.checks import is_int
 from minicb.config import EngineConfig
 from minicb.detokenize import new_text
 from minicb.model.config import read_model_config
@@ -62,7 +63,7 @@ def check_unicode(text: str) -> None:
 
 
 def check_priority(priority: int) -> None:
-    if not isinstance(priority, int) or isinstance(priority, bool):
+    if not is_int(priority):
         raise ValueError(f"priority={priority!r} is invalid: use an integer (lower is served first)")
 
 
@@ -154,7 +155,7 @@ class LLMEngine:
             raise ValueError("the prompt is empty; give at least one token "
                              "(for Bard, a speaker line such as 'ROMEO.\\n')")
         vocab = self.runner.config.vocab_size
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
+        if any(not is_int(t) or not 0 <= t < vocab for t in ids):
             raise ValueError(f"prompt token ids must be Python integers in [0, {vocab})")
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {self.max_model_len} "
@@ -177,8 +178,6 @@ class LLMEngine:
         ids = self.encode(prompt)
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
-        if request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use; give a new one or None")
         seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
         text = prompt if isinstance(prompt, str) else prompt.get("prompt") if isinstance(prompt, dict) else None
         return Request(request_id, text, ids, params, make_generator(seed, self.runner.device),
@@ -313,12 +312,11 @@ class LLMEngine:
         return outputs
 
     def _why_cut_short(self) -> str:
-        """Why a request stopped before max_tokens: the model's context, or a pool smaller than it."""
-        pool = self.block_manager.num_blocks * self.block_manager.block_size
+        """Why a request stopped at max_seq_tokens: the model's context, or a pool smaller than it."""
         if self.max_seq_tokens == self.max_model_len:
             return f"prompt + output reached max_model_len={self.max_model_len}"
-        return (f"prompt + output reached {pool} tokens, all the KV pool holds (num_blocks x block_size); "
-                "raise num_blocks or kv_cache_memory_mb")
+        return (f"prompt + output reached {self.max_seq_tokens} tokens, all the KV pool holds (num_blocks x "
+                "block_size); raise num_blocks or kv_cache_memory_mb")
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses
@@ -402,7 +400,7 @@ class LLM:
                              "token ids go in a list (a tensor or array: .tolist())")
         if not prompts:
             raise ValueError("generate() got an empty list of prompts; pass at least one")
-        if sampling_params is None or not isinstance(sampling_params, list):
+        if not isinstance(sampling_params, list):   # one SamplingParams (or None) for every prompt
             sampling_params = [sampling_params] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(sampling_params)} SamplingParams; "

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from minicb.checks import is_finite_number, is_int
+
 
 @dataclass
 class SamplingParams:
@@ -25,12 +27,6 @@ class SamplingParams:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"SamplingParams.{name}={getattr(self, name)!r} is invalid: {allowed}")
 
-        def is_int(value: object) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)   # True is an int to Python, not to us
-
-        def is_number(value: object) -> bool:
-            return is_int(value) or isinstance(value, float)
-
         # vLLM's conventions, so code written for it runs here: None means "none", and top_k=0 means "off".
         if self.stop is None:
             self.stop = []
@@ -45,11 +41,11 @@ class SamplingParams:
         if is_int(self.top_k) and self.top_k == 0:
             self.top_k = -1
 
-        if not is_number(self.temperature) or not 0 <= self.temperature < float("inf"):
+        if not is_finite_number(self.temperature) or self.temperature < 0:
             raise bad("temperature", "use a finite number >= 0 (0 = greedy)")
         if not is_int(self.top_k) or not (self.top_k == -1 or self.top_k >= 1):
             raise bad("top_k", "use -1 or 0 (disabled) or an integer >= 1")
-        if not is_number(self.top_p) or not 0 < self.top_p <= 1:
+        if not is_finite_number(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "use a number in (0, 1]")
         if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise bad("max_tokens", "use an integer >= 1")

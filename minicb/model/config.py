@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from minicb.checks import is_int
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # The sizes every Llama-family config.json states; the rest have defaults.
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -85,7 +87,7 @@ def read_model_config(folder: str | Path) -> ModelConfig:
         raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}, which minicb needs to build the model; "
                          "restore the config.json saved with the weights")
     for key in REQUIRED_SIZES:
-        if not isinstance(raw[key], int) or isinstance(raw[key], bool) or raw[key] < 1:
+        if not is_int(raw[key]) or raw[key] < 1:
             raise ValueError(f"{path} has {key}={raw[key]!r}; it must be an integer >= 1")
     num_heads = raw["num_attention_heads"]
     theta, scaling = _rope_settings(raw)

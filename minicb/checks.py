@@ -1,0 +1,15 @@
+"""Value checks shared by everything that validates user input (configs, sampling params, prompts)."""
+from __future__ import annotations
+
+import math
+
+
+def is_int(value: object) -> bool:
+    """An integer, and not a bool: True is an int to Python, but never a size, an id or a seed."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> bool:
+    """An int or float that is neither NaN nor infinite (NaN fails every comparison, so a bound check alone
+    lets it through)."""
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)

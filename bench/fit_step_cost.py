@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from minicb import LLM
-from minicb.simulator import fit_step_cost
+from minicb.costs import fit_step_cost
 from minicb.workload import make_workload, run_workload
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from minicb import LLMEngine, SamplingParams
 from minicb.metrics import percentile, summarize
 from minicb.request import RequestOutput
-from minicb.scheduler.policy import measure_preemption_cost
+from minicb.runner import measure_preemption_cost
 from minicb.workload import WorkloadRequest, bard_prompts, make_workload, run_workload
 
 RESULTS = {}

@@ -1,6 +1,7 @@
 """minicb: a compact LLM serving engine for learning continuous batching."""
 from minicb.config import EngineConfig
-from minicb.engine import LLM, LLMEngine
+from minicb.engine import LLMEngine
+from minicb.llm import LLM
 from minicb.model.loader import BARD_PATH, load_model
 from minicb.request import CompletionOutput, RequestOutput, RequestStatus
 from minicb.runner import ModelRunner

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from minicb.attention.metadata import AttentionMetadata
-from minicb.scheduler import SchedulerOutput
+from minicb.scheduler.output import SchedulerOutput
 
 
 PAD_TOKEN = 0   # any id will do: padding rows are computed and thrown away
@@ -59,9 +59,10 @@ class FlatBatch:
         return cls(as_long(input_ids), as_long(positions), attn, as_long(logits_indices))
 
 
-def sequence_chunks(out: SchedulerOutput, block_tables: dict[str, list[int]]) -> list[SequenceChunk]:
+def sequence_chunks(out: SchedulerOutput) -> list[SequenceChunk]:
     """The scheduler's decision as chunks: each scheduled request brings its next num_new_tokens
     uncomputed tokens; the dense baseline's padding rows come last."""
+    block_tables = out.block_tables
     chunks = []
     for c in out.chunks:
         req = c.request
@@ -72,3 +73,6 @@ def sequence_chunks(out: SchedulerOutput, block_tables: dict[str, list[int]]) ->
         chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, block_tables[pad.request.request_id],
                                     needs_logits=False, write_kv=False))
     return chunks
+
+
+build_flat_batch = FlatBatch.build

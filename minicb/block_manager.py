@@ -39,7 +39,7 @@ class NoFreeBlocks(RuntimeError):
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
-                 max_model_len: int | None = None, num_swap_blocks: int = 0):
+                 max_model_len: int | None = None, num_swap_blocks: int = 0, allocator=None):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -62,8 +62,8 @@ class BlockManager:
             reserve_tokens = max(reserve_tokens, self.max_model_len)
         return self.blocks_for(max(num_tokens, reserve_tokens))
 
-    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0) -> bool:
-        return self.blocks_to_reserve(num_tokens, reserve_tokens) <= len(self.free_blocks)
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
+        return self.blocks_to_reserve(num_tokens, reserve_tokens) + keep_free <= len(self.free_blocks)
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
         """Start a sequence's table with slots for num_tokens, and room for at least reserve_tokens
@@ -77,8 +77,8 @@ class BlockManager:
         self.num_tokens[seq_id] = num_tokens
         return self.tables[seq_id]
 
-    def can_append(self, seq_id: str, num_new_tokens: int = 1) -> bool:
-        return self.new_blocks_needed(seq_id, num_new_tokens) <= len(self.free_blocks)
+    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        return self.new_blocks_needed(seq_id, num_new_tokens) + keep_free <= len(self.free_blocks)
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
         """Make room for num_new_tokens more tokens; a new block only when the last one is full."""
@@ -190,3 +190,6 @@ class BlockManager:
         block = self.free_blocks.popleft()
         self.ref_counts[block] += 1
         return block
+
+
+PagedAllocator = BlockManager   # TEMP until the lesson 04 split lands

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams

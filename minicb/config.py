@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minicb.checks import is_finite_number, is_int
-from minicb.scheduler.policy import PREEMPTION_MODES, PreemptionCost
-from minicb.simulator import StepCost
+from minicb.costs import PreemptionCost, StepCost
 
 
 @dataclass
@@ -52,13 +51,14 @@ class EngineConfig:
     trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
     trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory stays
     #                                     flat; 0: no trace at all; None: keep every step
+    check_kv_invariants: bool = False   # check the KV pool's rules after every step (lessons, tests); O(blocks)
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
         choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
                    "attn_backend": ("torch", "torch-loop", "triton"),
                    "schedule_priority": ("decode_first", "prefill_first"), "scheduling_policy": ("fcfs", "priority"),
-                   "preemption_mode": PREEMPTION_MODES}
+                   "preemption_mode": ("recompute", "swap", "auto")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -81,7 +81,7 @@ class EngineConfig:
               "use a finite number of seconds > 0 or None")
         check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
         check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
-        for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks"):
+        for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks", "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"

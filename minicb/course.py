@@ -23,8 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from minicb.block_manager import BlockManager
-from minicb.engine import LLM, LLMEngine
+from minicb.engine import LLMEngine
+from minicb.llm import LLM
 from minicb.parts import EngineParts
 
 IMPL_VARIABLE = "MINICB_IMPL"
@@ -124,33 +124,9 @@ def with_fallback(mine: Callable, reference: Callable) -> Callable:
     return part
 
 
-def allocator_class(mine: type[BlockManager]) -> type[BlockManager]:
-    if mine is BlockManager:
-        return mine
-    methods = {name: with_fallback(getattr(mine, name), getattr(BlockManager, name))
-               for name in ("allocate", "append_slots", "free")}
-    return type(mine.__name__, (mine,), methods)
-
-
 def parts(which: str | None = None, decode_kernel: bool = False) -> EngineParts:
-    """The engine's lesson parts from exercises/ or solutions/, each falling back to minicb's own
-    while it is still a stub. decode_kernel: also lesson 05's kernel (it needs Triton)."""
-    l02, l03, l04, l06 = (lesson(m, which) for m in ("lesson02_continuous", "lesson03_selective",
-                                                      "lesson04_paged_kv", "lesson06_preemption"))
-    reference = EngineParts()
-    decode = None
-    if decode_kernel:
-        from minicb_kernels import paged_decode_attention
-
-        decode = with_fallback(lesson("lesson05_triton", which).paged_decode_attention, paged_decode_attention)
-    return EngineParts(
-        requests_that_leave=with_fallback(l02.requests_that_leave, reference.requests_that_leave),
-        plan_admissions=with_fallback(l02.plan_admissions, reference.plan_admissions),
-        build_flat_batch=with_fallback(l03.build_flat_batch, reference.build_flat_batch),
-        block_manager=allocator_class(l04.PagedAllocator),
-        paged_decode_attention=decode,
-        choose_victim=with_fallback(l06.choose_victim, reference.choose_victim),
-        should_swap=with_fallback(l06.should_swap, reference.should_swap))
+    """TEMP until the new course seam lands."""
+    return EngineParts()
 
 
 def llm(model: str | None = None, **config: Any) -> LLM:

@@ -2,16 +2,18 @@
 
 Each field is a part a lesson asks you to write; the defaults are minicb's own, complete
 implementations. `minicb.course` fills the fields from exercises/ (yours) or solutions/ (the
-reference), and the engine runs whatever it is given, so a lesson's cells run your code.
+reference), and the engine runs whatever it is given, in every configuration, so a lesson's cells
+run your code.
 
-    lesson 02  requests_that_leave(running) -> the requests that leave this step
-               plan_admissions(queue, free_seats, token_budget, free_blocks, step_is_empty) -> ids to start
+    lesson 02  schedule_running(sched, step, requests)   each running request gets its tokens
+               admit_waiting(sched, step) -> Request|None  waiting requests start, first come first served
     lesson 03  build_flat_batch(chunks, block_size, device) -> FlatBatch
-    lesson 04  block_manager: a BlockManager class whose allocate / append_slots / free you wrote
+    lesson 04  allocator: the class the KV pool's blocks are handed out by (PagedAllocator)
     lesson 05  paged_decode_attention(q, k_cache, v_cache, seq_lens, block_tables, max_seq_len, scale)
                -> (B, H, hd): the triton backend's decode kernel (None: minicb_kernels')
-    lesson 06  choose_victim(running) -> the request that gives way under memory pressure
-               should_swap(cost, num_tokens) -> whether "auto" preemption swaps or recomputes
+    lesson 06  make_room(sched, step) -> the request preempted to free KV blocks
+               should_swap(sched, victim) -> swap it (True) or recompute it (False)
+    lesson 07  chunk_size(sched, req, step) -> how many of req's tokens run this step
 """
 from __future__ import annotations
 
@@ -20,19 +22,21 @@ from typing import Callable
 
 import torch
 
-from minicb.batch import FlatBatch
-from minicb.block_manager import BlockManager
+from minicb.batch import FlatBatch, build_flat_batch
+from minicb.block_manager import PagedAllocator
 from minicb.request import Request
-from minicb.scheduler.continuous import plan_admissions, requests_that_leave
-from minicb.scheduler.policy import PreemptionCost, should_swap, victim
+from minicb.scheduler.chunking import chunk_size
+from minicb.scheduler.continuous import admit_waiting, schedule_running
+from minicb.scheduler.preemption import make_room, should_swap
 
 
 @dataclass
 class EngineParts:
-    requests_that_leave: Callable[[list[Request]], list[Request]] = requests_that_leave
-    plan_admissions: Callable[..., list[str]] = plan_admissions
-    build_flat_batch: Callable[..., FlatBatch] = FlatBatch.build
-    block_manager: type[BlockManager] = BlockManager
+    schedule_running: Callable[..., None] = schedule_running
+    admit_waiting: Callable[..., Request | None] = admit_waiting
+    build_flat_batch: Callable[..., FlatBatch] = build_flat_batch
+    allocator: type = PagedAllocator
     paged_decode_attention: Callable[..., torch.Tensor] | None = None
-    choose_victim: Callable[[list[Request]], Request] = victim
-    should_swap: Callable[[PreemptionCost, int], bool] = should_swap
+    make_room: Callable[..., Request] = make_room
+    should_swap: Callable[..., bool] = should_swap
+    chunk_size: Callable[..., int] = chunk_size

@@ -5,11 +5,14 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from minicb.attention import select_backend
-from minicb.batch import FlatBatch
+from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
+from minicb.costs import PreemptionCost
+from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -62,6 +65,21 @@ def load_tokenizer(folder: Path):
         return AutoTokenizer.from_pretrained(str(folder))
 
 
+class Runner(Protocol):
+    """What the engine needs of whatever runs a step. ModelRunner runs the network; the simulator's
+    SimulatedRunner prices the step with a cost model. The engine cannot tell them apart."""
+    device: torch.device
+    config: ModelConfig
+    tokenizer: Any          # a Hugging Face tokenizer, or None (token-id prompts only)
+    model_path: Path
+
+    def clock(self) -> float: ...
+    def advance_to(self, t: float) -> None: ...
+    def execute(self, batch: FlatBatch) -> torch.Tensor: ...
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None: ...
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None: ...
+
+
 class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
@@ -106,3 +124,39 @@ class ModelRunner:
         """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
         hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])
+
+
+def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:
+    """Time prefills at three lengths (up to `longest`, within the KV pool) and block copies of two
+    sizes on the runner's device, and fit PreemptionCost by least squares. Lesson 06 uses it to find
+    the crossover. The runner needs a swap pool (num_swap_blocks > 0)."""
+    bs = runner.block_size
+    longest = min(longest, runner.num_blocks * bs, runner.config.max_model_len - 1)
+    lengths = sorted({max(1, longest // 32), max(2, longest // 4), longest})
+    prefill = []
+    for n in lengths:
+        batch = build_flat_batch([SequenceChunk([1] * n, 0, list(range(-(-n // bs))))], bs, runner.device)
+        prefill.append((n, _timed(lambda: runner.execute(batch), runner.device)))
+    x = torch.tensor([[1.0, n, n * n] for n, _ in prefill], dtype=torch.float64)
+    y = torch.tensor([[t] for _, t in prefill], dtype=torch.float64)
+    a, b, c = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
+    copies = []
+    for num in (1, min(64, runner.num_blocks, runner.num_swap_blocks)):
+        pairs = [(i, i) for i in range(num)]
+        copies.append((num * bs, _timed(lambda: runner.swap_out(pairs), runner.device)))
+    (t1, s1), (t2, s2) = copies
+    per_token = max(0.0, (s2 - s1) / (t2 - t1)) if t2 > t1 else s1 / t1
+    fixed = max(0.0, s1 - per_token * t1)
+    return PreemptionCost(a, b, c, 2 * fixed, 2 * per_token)
+
+
+def _timed(fn, device: torch.device, repeats: int = 3) -> float:
+    fn()   # warm-up
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats

@@ -13,42 +13,15 @@ therefore changes the tokens, just as it would on the real network, and the reli
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from minicb.batch import FlatBatch
+from minicb.costs import StepCost
 from minicb.model.config import read_model_config
 from minicb.model.loader import resolve_model_path
 from minicb.runner import load_tokenizer
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """Seconds per step = fixed + per_token * tokens computed + per_context_token * context read.
-
-    fixed is the per-step overhead (launches, Python), per_token the weight-bound work that grows
-    with the tokens in the batch, per_context_token the attention reads over every KV cached.
-    The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores (683 steps,
-    median error 5%). On a CPU a step costs about its token count; on a GPU, decode is bound by
-    memory bandwidth and per_token is far smaller relative to fixed.
-    """
-    fixed: float = 2.9e-3
-    per_token: float = 2.7e-4
-    per_context_token: float = 1.4e-6
-    per_swapped_token: float = 1.0e-6   # one direction of a swap; bench/pressure.py: ~2 us/token out + in
-
-    def __call__(self, num_tokens: int, context_tokens: int) -> float:
-        return self.fixed + self.per_token * num_tokens + self.per_context_token * context_tokens
-
-
-def fit_step_cost(steps: list[dict]) -> StepCost:
-    """Least-squares fit of StepCost to real steps (trace rows with duration, num_tokens, context_tokens)."""
-    x = torch.tensor([[1.0, s["num_tokens"], s["context_tokens"]] for s in steps], dtype=torch.float64)
-    y = torch.tensor([s["duration"] for s in steps], dtype=torch.float64)
-    coef = torch.linalg.lstsq(x, y[:, None]).solution[:, 0].clamp(min=0).tolist()
-    return StepCost(*coef)
 
 
 class SimulatedRunner:

@@ -83,6 +83,8 @@ class Trace:
     _seats_opened: int = 0            # seats 0 .. _seats_opened - 1 have been handed out at least once
     # Totals over every recorded step, dropped ones included, so the metrics do not depend on max_steps.
     _useful_slot_steps: int = 0
+    _pending_preempted: list[str] = field(default_factory=list)   # events of steps that recorded nothing yet
+    _pending_swapped_out: list[str] = field(default_factory=list)
     _useful_tokens: int = 0
     _padding_tokens: int = 0
 
@@ -127,9 +129,40 @@ class Trace:
             del self.steps[:drop]
             self.num_dropped_steps += drop
 
-    def count_unkept_step(self) -> None:
-        """A step ran with the trace off: count it, keep nothing."""
-        self.num_dropped_steps += 1
+    def note_preemptions(self, out) -> None:
+        """Right after scheduling: the step's victims lose their seats; the events wait for the next
+        recorded step (a step that runs nothing records nothing)."""
+        for req in out.preempted:
+            self.release(req.request_id)
+            self._pending_preempted.append(req.request_id)
+        self._pending_swapped_out += [r.request_id for r in out.swapped_out]
+
+    def record_step(self, out, start: float, end: float, returned: list, context_tokens: int, usage,
+                    waiting: int, kv_blocks: list[tuple[str | None, int]] | None = None) -> None:
+        """One StepRecord from the scheduler's decision and what came of it."""
+        preempted, swapped_out = self._pending_preempted, self._pending_swapped_out
+        self._pending_preempted, self._pending_swapped_out = [], []
+        if not self.enabled:   # no record, no seats; the events it would hold are let go
+            self.num_dropped_steps += 1
+            return
+        seats: dict[int, tuple[str, str]] = {}
+        for chunk in out.chunks:
+            seats[self.seat_for(chunk.request.request_id)] = (chunk.request.request_id,
+                                                              PREFILL if chunk.prefill else DECODE)
+        for req in out.idle_seats:
+            seats[self.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
+        for req in returned:
+            self.release(req.request_id)
+        prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
+        self.record(StepRecord(
+            step=self.num_steps, start_time=start, duration=end - start, num_seats=self.num_seats, seats=seats,
+            num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
+            decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
+            blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
+            token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
+            admitted=[r.request_id for r in out.admitted], finished=[r.request_id for r in returned],
+            preempted=preempted, swapped_out=swapped_out, swapped_in=[r.request_id for r in out.swapped_in],
+            waiting=waiting, kv_blocks=kv_blocks))
 
     @property
     def slot_utilization(self) -> float:

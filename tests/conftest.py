@@ -106,7 +106,7 @@ def bard_runner():
 
 
 def bard_llm_with(**config):
-    from minicb.engine import LLM
+    from minicb.llm import LLM
 
     return LLM(None, device="cpu", max_num_seqs=64, num_blocks=2048, **config)
 
@@ -188,7 +188,7 @@ def check_states(engine) -> None:
     more sequences run than there are seats."""
     from minicb.request import RequestStatus
 
-    engine.block_manager.check_invariants()
+    engine.scheduler.check_invariants()
     sched = engine.scheduler
     waiting = [r.request_id for r in sched.waiting]
     running = [r.request_id for r in sched.running]
@@ -199,7 +199,7 @@ def check_states(engine) -> None:
     assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in sched.waiting)
     assert all(r.status is RequestStatus.RUNNING for r in sched.running)
     assert all(engine.requests[r].status is RequestStatus.SWAPPED for r in swapped)
-    assert set(swapped) == set(engine.block_manager.swapped), "swap pool and scheduler disagree"
+    assert set(swapped) == set(engine.scheduler.kv.swapped), "swap pool and scheduler disagree"
     assert len(sched.running) <= engine.config.max_num_seqs
     holding = set(running) | {r.request_id for r in getattr(sched, "batch", [])}   # static: idle members too
     assert set(engine.trace._seat_of) <= holding, "a seat is held by a request that left the batch"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.model.loader import load_model
 from minicb.runner import ModelRunner
 from minicb.sampling import SamplingParams
@@ -241,7 +241,7 @@ def test_prompts_of_the_wrong_type_name_the_fix(bard_llm, prompt, fix):
 
 def test_prompt_dicts_are_served_as_in_vllm(bard_llm):
     greedy = SamplingParams(temperature=0, max_tokens=6)
-    ids = bard_llm.engine.encode("ROMEO.\n")
+    ids = bard_llm.engine.make_request("ROMEO.\n").prompt_token_ids
     outs = bard_llm.generate(["ROMEO.\n", {"prompt": "ROMEO.\n"}, {"prompt_token_ids": ids}], greedy, use_tqdm=False)
     assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
     assert outs[1].prompt == "ROMEO.\n" and outs[2].prompt_token_ids == ids

@@ -91,7 +91,7 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys):
         engine.add_request("ROMEO.\n", SamplingParams(max_tokens=n, ignore_eos=True))
     while engine.has_unfinished_requests():
         engine.step()
-        engine.block_manager.check_invariants()
+        engine.scheduler.check_invariants()
     assert any(s.preempted for s in engine.trace.steps)
     notes = capsys.readouterr().out
     for task in course.TASKS:

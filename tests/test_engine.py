@@ -6,7 +6,8 @@ import time
 import pytest
 
 from conftest import NEAR_TIE_GAP, top2_gap
-from minicb.engine import LLM, LLMEngine, PoolTooSmallWarning
+from minicb.engine import LLMEngine, PoolTooSmallWarning
+from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.sampling import SamplingParams
 from minicb.workload import make_workload, run_workload
@@ -96,7 +97,7 @@ def test_a_static_batch_is_released_after_an_abort(batching):
     assert set(returned) == {a, b} and returned[a].outputs[0].finish_reason == "length"
     assert returned[b].outputs[0].finish_reason == "abort"
     assert not engine.has_unfinished_requests()
-    assert engine.block_manager.usage().free_blocks == engine.block_manager.num_blocks
+    assert engine.scheduler.kv.usage().free_blocks == engine.scheduler.kv.num_blocks
 
 
 def stop_strings_from(text: str) -> list[str]:

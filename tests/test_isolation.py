@@ -97,13 +97,13 @@ def test_a_nan_request_fails_alone_and_its_blocks_serve_the_next_one_cleanly(bac
     for rid in ("poisoned", "short", "long"):
         engine.add_request(prompts[rid], params, request_id=rid)
     results = {o.request_id: o for o in engine.step() if o.finished}
-    poisoned_blocks = set(engine.block_manager.tables["poisoned"])   # its first chunk is cached, as NaN
+    poisoned_blocks = set(engine.scheduler.kv.tables["poisoned"])   # its first chunk is cached, as NaN
     assert 0 in poisoned_blocks
     engine.add_request(prompts["reuser"], params, request_id="reuser")
     reused = False
     while engine.has_unfinished_requests():
         results.update((o.request_id, o) for o in engine.step() if o.finished)
-        reused |= bool(set(engine.block_manager.tables.get("reuser", ())) & poisoned_blocks)
+        reused |= bool(set(engine.scheduler.kv.tables.get("reuser", ())) & poisoned_blocks)
 
     poisoned = results.pop("poisoned")
     assert poisoned.outputs[0].finish_reason == "error" and "NaN" in poisoned.reason

@@ -17,7 +17,7 @@ from minicb_kernels import paged_decode_attention, store_kv, varlen_attention
 
 from minicb.attention import BACKENDS, select_backend
 from minicb.attention.triton_backend import unavailable_reason
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.sampling import SamplingParams
 
 ON_GPU = torch.cuda.is_available()

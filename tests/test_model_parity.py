@@ -10,7 +10,7 @@ import torch
 
 from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
 from minicb.batch import FlatBatch, SequenceChunk
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.runner import ModelRunner
 from minicb.sampling import SamplingParams
 

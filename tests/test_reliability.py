@@ -24,12 +24,13 @@ from hypothesis import strategies as st
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine, top2_gap
 from minicb.batch import FlatBatch
-from minicb.engine import LLM, LLMEngine
+from minicb.engine import LLMEngine
+from minicb.llm import LLM
 from minicb.parts import EngineParts
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
-from minicb.scheduler import BlockCopy, SchedulerOutput
-from minicb.scheduler.policy import PreemptionCost
+from minicb.scheduler.output import BlockCopy, SchedulerOutput
+from minicb.costs import PreemptionCost
 from minicb.simulator import SimulatedRunner
 from minicb.workload import make_workload
 
@@ -104,7 +105,7 @@ def check_scenario(model, simulate: bool, config: dict, requests: list[dict]) ->
         assert step < MAX_STEPS, "requests are stuck"
     assert results == dict.fromkeys(ids.values(), 1), "a result was lost, or returned twice"
     assert not engine.requests, "the engine still holds finished requests"
-    assert engine.block_manager.usage().free_blocks == engine.block_manager.num_blocks
+    assert engine.scheduler.kv.usage().free_blocks == engine.scheduler.kv.num_blocks
     for i, r in enumerate(requests):
         req = engine.seen[ids[i]]
         assert req.status.finished and (req.status is not RequestStatus.REJECTED or req.reason)

@@ -7,7 +7,7 @@ from conftest import check_states, recording_engine
 from minicb.engine import LLMEngine
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
-from minicb.scheduler.policy import PreemptionCost
+from minicb.costs import PreemptionCost
 from minicb.trace import IDLE
 
 
@@ -29,7 +29,7 @@ def run_checked(engine: LLMEngine) -> list:
         if step is not None:
             assert sum(phase != "empty" for _, phase in step.slots) <= engine.config.max_num_seqs
             assert step.num_tokens <= engine.config.max_num_batched_tokens
-    assert engine.block_manager.usage().free_blocks == engine.block_manager.num_blocks
+    assert engine.scheduler.kv.usage().free_blocks == engine.scheduler.kv.num_blocks
     return outputs
 
 
@@ -350,7 +350,7 @@ def test_swap_preemption_copies_kv_out_and_back_exactly(tiny_checkpoint):
     assert out_at and set(out_at) == set(in_at) and all(in_at[r] > out_at[r] for r in out_at)
     for i in range(4):   # the KV came back intact: every token equals the solo run
         assert engine.seen[str(i)].output_token_ids == solo_tokens(tiny_checkpoint, i)
-    assert engine.block_manager.usage().swapped_blocks == 0
+    assert engine.scheduler.kv.usage().swapped_blocks == 0
 
 
 def test_swapped_requests_come_back_before_new_admissions(tiny_checkpoint):
@@ -388,7 +388,7 @@ def test_auto_mode_follows_the_cost_model(tiny_checkpoint, crossover, expect_swa
 
 
 def test_measured_preemption_cost_is_sane(tiny_checkpoint):
-    from minicb.scheduler.policy import measure_preemption_cost
+    from minicb.runner import measure_preemption_cost
 
     engine = make_engine(tiny_checkpoint, num_blocks=64, preemption_mode="swap", swap_space_mb=1)
     cost = measure_preemption_cost(engine.runner)

@@ -130,7 +130,7 @@ def test_with_the_trace_off_the_engine_records_nothing_and_serves_the_same():
     assert [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in got] == \
         [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in want]
     assert any(s.preempted for s in on.trace.steps)   # events the trace-off engine had to let go of
-    assert off.trace.steps == [] and off._unrecorded_preemptions == [] and off._unrecorded_swaps == []
+    assert off.trace.steps == [] and off.trace._pending_preempted == [] and off.trace._pending_swapped_out == []
     assert not off.trace.arrivals and not off.requests   # a long-lived engine keeps nothing per request
     stats = summarize(got, off.trace)
     assert stats["steps"] == on.trace.num_steps and stats["served"] == summarize(want, on.trace)["served"]

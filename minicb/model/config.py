@@ -41,6 +41,10 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes one KV block takes: K and V of block_size tokens in every layer."""
+        return self.num_layers * 2 * block_size * self.kv_dim * dtype.itemsize
+
 
 def _rope_settings(raw: dict) -> tuple[float, dict | None]:
     """transformers 5 writes `rope_parameters`; older checkpoints write `rope_theta` + `rope_scaling`."""

@@ -1,73 +1,60 @@
 """Schedulers decide, before every forward step, which sequences run and how many tokens each.
 
-Both schedulers speak the same interface, so the engine, the batch builder, the runner and the
-simulator never know which one is deciding:
-
-    add(request)                      queue a new request
-    schedule() -> SchedulerOutput     this step's decision (also allocates KV slots for it)
-    update(output) -> [Request]       after the step: the requests whose results go back now
-    abort(request)                    drop a request wherever it is, freeing its blocks
-    reserve_tokens(request) -> int    KV slots it must reserve to start (beyond its prompt)
-    has_unfinished() -> bool
-    streams_tokens: bool              whether new tokens go back every step, or only with the result
+Both schedulers (continuous.py, static.py) meet the Scheduler protocol, so the engine, the batch
+builder, the runner and the simulator never know which one is deciding. A scheduler owns the KV
+cache's block manager and is the only writer of a request's progress: its num_computed_tokens and
+its finished states change in update_from_output (and in preemption, abort and rejection).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
+from minicb.block_manager import BlockManager, BlockUsage
 from minicb.request import Request
+from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.scheduler.output import SchedulerOutput
+from minicb.scheduler.static import StaticScheduler
+
+if TYPE_CHECKING:
+    from minicb.config import EngineConfig
+    from minicb.output import OutputProcessor
+    from minicb.parts import EngineParts
+    from minicb.costs import PreemptionCost
 
 
-@dataclass
-class ScheduledChunk:
-    request: Request
-    num_new_tokens: int    # a prompt or a piece of one (prefill), or 1 (decode)
-    prefill: bool = False  # prompt tokens (or a preempted request's recompute), not a decode
+class Scheduler(Protocol):
+    streams_tokens: bool   # whether new tokens go back every step, or only with the result
 
-    @property
-    def completes_known_tokens(self) -> bool:
-        """True when the chunk reaches the last known token, so the step samples a next one."""
-        return self.request.num_computed_tokens + self.num_new_tokens == self.request.num_tokens
+    def add(self, request: Request) -> None:
+        """Queue a request, or turn it away at once (status REJECTED, reason set)."""
 
+    def abort(self, request: Request) -> None:
+        """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED)."""
 
-@dataclass
-class PaddingChunk:
-    """Throwaway tokens that are computed but never used: the dense baseline's waste. They read the
-    request's context up to num_cached + num_tokens and write nothing to the cache."""
-    request: Request
-    num_cached: int
-    num_tokens: int
+    def reject_stale(self, now: float) -> list[Request]:
+        """Turn away the requests that waited past max_queue_delay_s without starting."""
 
+    def schedule(self) -> SchedulerOutput:
+        """This step's decision; allocates the KV slots it needs."""
 
-@dataclass(frozen=True)
-class BlockCopy:
-    """KV blocks to copy between the device pool and the CPU swap pool, as (from, to) block pairs."""
-    to_cpu: bool                    # True: a swap-out (device -> CPU); False: a swap-in (CPU -> device)
-    pairs: list[tuple[int, int]]
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
+                           now: float) -> list[Request]:
+        """After the step: record its results; return the requests whose results go back now."""
 
-
-@dataclass
-class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    idle_slots: list[Request] = field(default_factory=list)   # static batching: done, still holding a slot
-    admitted: list[Request] = field(default_factory=list)     # started running this step
-    preempted: list[Request] = field(default_factory=list)    # lost their KV blocks this step
-    padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
-    swapped_out: list[Request] = field(default_factory=list)  # preempted by swapping (also in preempted)
-    swapped_in: list[Request] = field(default_factory=list)
-    # Every swap of the step, in the order the scheduler decided them. They must run in that order:
-    # a request swapped in and out again in one step is copied out of the blocks its swap-in fills,
-    # and a block freed by one swap may be the target of the next.
-    block_copies: list[BlockCopy] = field(default_factory=list)
+    def has_unfinished(self) -> bool: ...
 
     @property
-    def num_tokens(self) -> int:
-        return sum(c.num_new_tokens for c in self.chunks)
+    def num_waiting(self) -> int: ...
 
-    @property
-    def padding_tokens(self) -> int:
-        return sum(p.num_tokens for p in self.padding)
+    def kv_usage(self) -> BlockUsage: ...
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.chunks
+    def kv_block_map(self) -> list[tuple[str | None, int]]: ...
+
+    def check_invariants(self) -> None: ...
+
+
+def build_scheduler(config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
+                    preemption_cost: PreemptionCost | None) -> Scheduler:
+    if config.batching == "continuous":
+        return ContinuousScheduler(config, kv, parts, outputs, preemption_cost)
+    return StaticScheduler(config, kv, outputs)

@@ -10,22 +10,24 @@ and a finished row keeps computing a throwaway token every step. The waste is th
 """
 from __future__ import annotations
 
-from collections import deque
+from typing import TYPE_CHECKING
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
-from minicb.scheduler import PaddingChunk, ScheduledChunk, SchedulerOutput
+from minicb.scheduler.base import SchedulerBase
+from minicb.scheduler.output import PaddingChunk, ScheduledChunk, SchedulerOutput, apply_step_results
+
+if TYPE_CHECKING:
+    from minicb.config import EngineConfig
+    from minicb.output import OutputProcessor
 
 
-class StaticScheduler:
+class StaticScheduler(SchedulerBase):
     streams_tokens = False   # results go back only when the whole batch is done
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 pad_to_longest: bool = False):
-        self.blocks = block_manager
-        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
-        self.pad_to_longest = pad_to_longest
-        self.waiting: deque[Request] = deque()
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor):
+        super().__init__(config, kv, outputs)
+        self.pad_to_longest = config.batching == "padded"
         self.batch: list[Request] = []
         self._longest_prompt = 0   # of the current batch
         self._dense_width = 0      # the padded baseline's row length: longest prompt + longest output
@@ -39,22 +41,22 @@ class StaticScheduler:
             worst = max(r.num_tokens for r in members) + max(r.params.max_tokens for r in members)
         else:
             worst = request.num_tokens + request.params.max_tokens
-        limit = self.blocks.max_model_len
+        limit = self.kv.max_model_len
         return worst if limit is None else min(worst, limit)
 
-    def add(self, request: Request) -> None:
-        self.waiting.append(request)
-
-    def abort(self, request: Request) -> None:
+    def _drop(self, request: Request) -> None:
         """An aborted member leaves the batch and frees its blocks now; a waiting one leaves the queue."""
         if request in self.batch:
             self.batch.remove(request)
-            self.blocks.free(request.request_id)
+            self.kv.free(request.request_id)
         elif request in self.waiting:
             self.waiting.remove(request)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.batch)
+
+    def holding_kv(self) -> list[Request]:
+        return list(self.batch)
 
     @property
     def running(self) -> list[Request]:
@@ -66,7 +68,7 @@ class StaticScheduler:
             self._form_batch(out)
         for req in self.batch:
             if req.status.finished:
-                out.idle_slots.append(req)
+                out.idle_seats.append(req)
                 if self.pad_to_longest:
                     # The row's context in a dense tensor: the longest prompt plus every step so far.
                     context = min(self._longest_prompt + self._batch_steps, self._dense_width)
@@ -76,24 +78,27 @@ class StaticScheduler:
                 if self.pad_to_longest and req.num_tokens < self._longest_prompt:
                     out.padding.append(PaddingChunk(req, req.num_tokens, self._longest_prompt - req.num_tokens))
             else:
-                self.blocks.append_slots(req.request_id)
+                self.kv.append_slots(req.request_id)
                 out.chunks.append(ScheduledChunk(req, 1))
         self._batch_steps += 1
+        out.block_tables = {r.request_id: self.kv.tables[r.request_id] for r in self.batch}
         return out
 
-    def update(self, out: SchedulerOutput) -> list[Request]:
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
+                           now: float) -> list[Request]:
         """Nothing comes back until every member is done; then the whole batch does."""
+        apply_step_results(out, sampled, self.outputs, now)
         if not all(r.status.finished for r in self.batch):
             return []
         done, self.batch = self.batch, []
         for req in done:
-            self.blocks.free(req.request_id)
+            self.kv.free(req.request_id)
         return done
 
     def _form_batch(self, out: SchedulerOutput) -> None:
-        budget, members = self.max_num_batched_tokens, []
+        budget, members = self.config.max_num_batched_tokens, []
         for req in self.waiting:   # the oldest requests, while seats and the step's token budget allow
-            if len(members) == self.max_num_seqs or (req.num_tokens > budget and members):
+            if len(members) == self.config.max_num_seqs or (req.num_tokens > budget and members):
                 break
             members.append(req)
             budget -= req.num_tokens
@@ -101,7 +106,7 @@ class StaticScheduler:
             members.pop()
         for req in members:
             self.waiting.popleft()
-            self.blocks.allocate(req.request_id, req.num_tokens, reserve_tokens=self.reserve_tokens(req, members))
+            self.kv.allocate(req.request_id, req.num_tokens, reserve_tokens=self.reserve_tokens(req, members))
             req.status = RequestStatus.RUNNING
         self.batch, out.admitted = members, list(members)
         self._longest_prompt = max((r.num_tokens for r in members), default=0)
@@ -109,5 +114,5 @@ class StaticScheduler:
         self._batch_steps = 0
 
     def _pool_holds(self, members: list[Request]) -> bool:
-        needed = sum(self.blocks.blocks_to_reserve(r.num_tokens, self.reserve_tokens(r, members)) for r in members)
-        return needed <= len(self.blocks.free_blocks)
+        needed = sum(self.kv.blocks_to_reserve(r.num_tokens, self.reserve_tokens(r, members)) for r in members)
+        return needed <= len(self.kv.free_blocks)

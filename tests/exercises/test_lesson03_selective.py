@@ -5,7 +5,7 @@ import torch
 
 from minicb import course
 from minicb.batch import SequenceChunk
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 

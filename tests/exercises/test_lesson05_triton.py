@@ -7,7 +7,7 @@ import torch
 from test_kernels import DEVICE, PagedBatch
 
 from minicb import course
-from minicb.engine import LLM
+from minicb.llm import LLM
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 

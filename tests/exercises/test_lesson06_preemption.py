@@ -7,7 +7,7 @@ from minicb import course
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.scheduler.policy import PreemptionCost
+from minicb.costs import PreemptionCost
 
 mine = course.lesson("lesson06_preemption")
 

@@ -1,0 +1,75 @@
+"""What steps and preemptions cost, in seconds: the simulator's clock and the "auto" preemption
+mode's choice. A leaf module (it imports no other part of minicb), so the config, the simulator,
+the runner and the scheduler can all use it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds per step = fixed + per_token * tokens computed + per_context_token * context read.
+
+    fixed is the per-step overhead (launches, Python), per_token the weight-bound work that grows
+    with the tokens in the batch, per_context_token the attention reads over every KV cached.
+    The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores (683 steps,
+    median error 5%). On a CPU a step costs about its token count; on a GPU, decode is bound by
+    memory bandwidth and per_token is far smaller relative to fixed.
+    """
+    fixed: float = 2.9e-3
+    per_token: float = 2.7e-4
+    per_context_token: float = 1.4e-6
+    per_swapped_token: float = 1.0e-6   # one direction of a swap; bench/pressure.py: ~2 us/token out + in
+
+    def __call__(self, num_tokens: int, context_tokens: int) -> float:
+        return self.fixed + self.per_token * num_tokens + self.per_context_token * context_tokens
+
+
+def fit_step_cost(steps: list[dict]) -> StepCost:
+    """Least-squares fit of StepCost to real steps (trace rows with duration, num_tokens, context_tokens)."""
+    x = torch.tensor([[1.0, s["num_tokens"], s["context_tokens"]] for s in steps], dtype=torch.float64)
+    y = torch.tensor([s["duration"] for s in steps], dtype=torch.float64)
+    coef = torch.linalg.lstsq(x, y[:, None]).solution[:, 0].clamp(min=0).tolist()
+    return StepCost(*coef)
+
+
+@dataclass(frozen=True)
+class PreemptionCost:
+    """Seconds to bring back a victim with `tokens` of context, either way.
+
+    recompute: a + b*t + c*t^2 (a prefill step: fixed cost, per-token layers, attention's square)
+    swap:      d + e*t         (two copies of t tokens' KV, out and back, each with a fixed latency)
+    """
+    recompute_fixed: float
+    recompute_per_token: float
+    recompute_per_token_sq: float
+    swap_fixed: float
+    swap_per_token: float
+
+    def recompute_s(self, tokens: int) -> float:
+        return self.recompute_fixed + self.recompute_per_token * tokens + self.recompute_per_token_sq * tokens ** 2
+
+    def swap_s(self, tokens: int) -> float:
+        return self.swap_fixed + self.swap_per_token * tokens
+
+    def crossover_tokens(self) -> float:
+        """The shortest context for which swapping is cheaper: 0 if always, inf if never. Recompute
+        grows faster than swap (the square term), so past one crossing swap stays cheaper."""
+        cheaper = lambda t: self.swap_s(t) < self.recompute_s(t)  # noqa: E731
+        lo, hi = 0, 1 << 20
+        if cheaper(lo):
+            return 0.0
+        if not cheaper(hi):
+            return float("inf")
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if cheaper(mid) else (mid, hi)
+        return float(hi)
+
+
+def simulated_preemption_cost(step: StepCost) -> PreemptionCost:
+    """The simulator's own prices: re-prefilling t tokens is one step of t tokens reading a context
+    of t (linear in t, as StepCost prices it), a swap is a copy each way."""
+    return PreemptionCost(step.fixed, step.per_token + step.per_context_token, 0.0, 0.0, 2 * step.per_swapped_token)

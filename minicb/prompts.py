@@ -1,0 +1,59 @@
+"""From what a caller passes to token ids, with a clear error for anything the model cannot serve."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Union
+
+from minicb.checks import is_int
+
+Prompt = Union[str, list[int], dict]
+
+
+def prompt_of_dict(prompt: dict) -> str | list[int]:
+    """vLLM's prompt dicts: {"prompt": text} or {"prompt_token_ids": ids}."""
+    keys = set(prompt) & {"prompt", "prompt_token_ids"}
+    if len(keys) != 1:
+        raise ValueError(f"a prompt dict needs exactly one of 'prompt' (text) or 'prompt_token_ids', got keys "
+                         f"{sorted(prompt)}")
+    return prompt[keys.pop()]
+
+
+def prompt_text(prompt: Prompt) -> str | None:
+    """The prompt as text, when it was given as text."""
+    if isinstance(prompt, dict):
+        prompt = prompt_of_dict(prompt)
+    return prompt if isinstance(prompt, str) else None
+
+
+def check_unicode(text: str) -> None:
+    """A lone surrogate (what undecodable bytes become under errors='surrogateescape') is not text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"the prompt is not valid Unicode text: {text[err.start]!r} at index {err.start} is a "
+                         "lone surrogate (undecodable bytes); decode the input with errors='replace', or remove it"
+                         ) from None
+
+
+def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len: int, model_path: Path) -> list[int]:
+    """Token ids for a prompt: text goes through the tokenizer (once), ids are checked."""
+    if isinstance(prompt, dict):
+        prompt = prompt_of_dict(prompt)
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError(f"{model_path} has no tokenizer files; pass prompts as token-id lists")
+        check_unicode(prompt)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    elif isinstance(prompt, list):
+        ids = prompt
+    else:
+        raise ValueError(f"a prompt of type {type(prompt).__name__} cannot be served; give a string, a list of "
+                         "token ids (a tensor or array: .tolist()), or a dict with 'prompt' or 'prompt_token_ids'")
+    if not ids:
+        raise ValueError("the prompt is empty; give at least one token (for Bard, a speaker line such as 'ROMEO.\\n')")
+    if any(not is_int(t) or not 0 <= t < vocab_size for t in ids):
+        raise ValueError(f"prompt token ids must be Python integers in [0, {vocab_size})")
+    if len(ids) >= max_model_len:
+        raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {max_model_len} "
+                         f"(max_model_len), prompt and output together; shorten the prompt")
+    return list(ids)

@@ -1,0 +1,97 @@
+"""What both schedulers share: the waiting queue, admission control (who is turned away, and why),
+aborts, and the KV pool they own."""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from minicb.block_manager import BlockManager, BlockUsage
+from minicb.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from minicb.config import EngineConfig
+    from minicb.output import OutputProcessor
+
+
+class SchedulerBase:
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor):
+        self.config, self.kv, self.outputs = config, kv, outputs
+        self.waiting: deque[Request] = deque()
+
+    def reserve_tokens(self, request: Request) -> int:
+        """KV slots a request must reserve to start, beyond its prompt."""
+        return 0
+
+    def holding_kv(self) -> list[Request]:
+        """The requests that hold KV blocks (on the device or swapped out)."""
+        raise NotImplementedError
+
+    def _enqueue(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def _drop(self, request: Request) -> None:
+        """Take an unfinished request out of wherever it is, freeing what it holds."""
+        raise NotImplementedError
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def add(self, request: Request) -> None:
+        reason = self.why_never_servable(request) or self.why_not_now()
+        if reason:
+            request.status, request.reason = RequestStatus.REJECTED, reason
+        else:
+            self._enqueue(request)
+
+    def why_never_servable(self, req: Request) -> str | None:
+        kv, c = self.kv, self.config
+        needed = kv.blocks_to_reserve(req.num_tokens + 1, self.reserve_tokens(req))
+        if needed > kv.num_blocks:
+            return (f"the request needs {needed} KV blocks to start but the whole pool has {kv.num_blocks} "
+                    f"({kv.num_blocks * kv.block_size} token slots); raise num_blocks or kv_cache_memory_mb, "
+                    "or shorten the prompt")
+        if req.num_tokens > c.max_num_batched_tokens and not c.enable_chunked_prefill:
+            return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
+                    f"{c.max_num_batched_tokens}; raise it or set enable_chunked_prefill=True")
+        return None
+
+    def why_not_now(self) -> str | None:
+        """A full queue turns requests away instead of making everyone slower."""
+        limit = self.config.max_waiting
+        if limit is not None and len(self.waiting) >= limit:
+            return f"the queue is full (max_waiting={limit}); retry later, or raise max_waiting"
+        return None
+
+    def reject_stale(self, now: float) -> list[Request]:
+        """Requests that waited past max_queue_delay_s without ever starting are REJECTED."""
+        delay = self.config.max_queue_delay_s
+        if delay is None:
+            return []
+        stale = [r for r in self.waiting if r.metrics.scheduled_time is None and now - r.metrics.arrival_time > delay]
+        for req in stale:
+            self.waiting.remove(req)
+            req.status = RequestStatus.REJECTED
+            req.reason = f"not started within max_queue_delay_s={delay}; the server is overloaded"
+        return stale
+
+    def abort(self, request: Request) -> None:
+        if request.status.finished:
+            return
+        self._drop(request)
+        request.status, request.reason = RequestStatus.FINISHED_ABORTED, "aborted by the caller"
+
+    def kv_usage(self) -> BlockUsage:
+        return self.kv.usage()
+
+    def kv_block_map(self) -> list[tuple[str | None, int]]:
+        return self.kv.block_map()
+
+    def check_invariants(self) -> None:
+        """The pool's own rules, and: every request holding KV holds slots for exactly the tokens it
+        has computed (a victim that kept this step's slots, or a chunk never counted, breaks it)."""
+        self.kv.check_invariants()
+        for req in self.holding_kv():
+            held = self.kv.num_tokens.get(req.request_id)
+            assert held == req.num_computed_tokens, (
+                f"{req.request_id!r} holds KV slots for {held} tokens but has computed {req.num_computed_tokens}")

@@ -1,5 +1,5 @@
-"""Lesson 02, the reference: minicb's own scheduler decisions. Read them in
-minicb/scheduler/continuous.py, where the engine calls them every step."""
-from minicb.scheduler.continuous import plan_admissions, requests_that_leave
+"""Lesson 02, the reference: minicb's own steps, in minicb/scheduler/continuous.py, where
+ContinuousScheduler.schedule calls them every step."""
+from minicb.scheduler.continuous import admit_waiting, schedule_running
 
-__all__ = ["requests_that_leave", "plan_admissions"]
+__all__ = ["schedule_running", "admit_waiting"]

@@ -1,5 +1,4 @@
-"""Lesson 06, the reference: minicb's own policy, victim and should_swap in minicb/scheduler/policy.py."""
-from minicb.scheduler.policy import should_swap
-from minicb.scheduler.policy import victim as choose_victim
+"""Lesson 06, the reference: minicb's own make_room and should_swap, in minicb/scheduler/preemption.py."""
+from minicb.scheduler.preemption import make_room, should_swap
 
-__all__ = ["choose_victim", "should_swap"]
+__all__ = ["make_room", "should_swap"]

@@ -1,71 +1,138 @@
-"""Lesson 02's tasks, graded on the implementation MINICB_IMPL picks (make test: the solutions)."""
+"""Lesson 02's tasks, graded on the implementation MINICB_IMPL picks (make test: the solutions).
+Each test runs only its own task's step from there; every other step is minicb's."""
 from __future__ import annotations
 
-import pytest
+from grading import add, decisions, obeying, run_both, simulated_engine
 
 from minicb import course
-from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
-from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
-from minicb.scheduler.continuous import QueuedRequest
+from minicb.scheduler.continuous import Step
+from minicb.scheduler.output import SchedulerOutput
 
 mine = course.lesson("lesson02_continuous")
+PRESSURE = [(4, 9, 0), (5, 3, 0), (7, 14, 0), (3, 6, 0), (6, 11, 0), (2, 2, 0), (4, 8, 0)]
 
 
-def simulated_engine(lengths: list[int], max_num_seqs: int, parts: EngineParts) -> LLMEngine:
-    engine = LLMEngine(device="cpu", simulate=True, max_num_seqs=max_num_seqs, num_blocks=64, parts=parts)
-    for n in lengths:
-        engine.add_request("ROMEO.\n", SamplingParams(max_tokens=n, ignore_eos=True))
-    return engine
-
-
-def test_lesson02_task1_finished_requests_leave_and_no_others():
-    engine = simulated_engine([4, 4, 4, 4], 4, EngineParts())
+def decoding(n: int, prompt: int = 3, **config):
+    """An engine whose n requests ran their prefill and now decode (each holds prompt + 1 tokens)."""
+    engine = simulated_engine(**{"max_num_seqs": 8, "num_blocks": 32, "block_size": 4, **config})
+    add(engine, [prompt] * n)
     engine.step()
-    running = list(engine.scheduler.running)
-    running[1].status, running[3].status = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH
-    assert mine.requests_that_leave(running) == [running[1], running[3]]
-    assert mine.requests_that_leave(running[:1]) == []
+    return engine.scheduler
 
 
-def test_lesson02_task1_each_result_returns_the_step_it_finishes():
-    """A request of k tokens gets its first at the prefill step 0 and its last at step k-1: it must
-    come back then, not when the longest one ends."""
-    lengths = [2, 6, 3, 1]
-    engine = simulated_engine(lengths, 4, EngineParts(requests_that_leave=mine.requests_that_leave))
-    returned_at = {}
-    step = 0
-    while engine.has_unfinished_requests():
-        returned_at.update({o.request_id: step for o in engine.step() if o.finished})
-        step += 1
-    assert returned_at == {str(i): n - 1 for i, n in enumerate(lengths)}
+def chunks(step: Step) -> list[tuple[str, int]]:
+    return [(c.request.request_id, c.num_new_tokens) for c in step.out.chunks]
 
 
-QUEUE = [QueuedRequest("a", 10, 1), QueuedRequest("b", 20, 2), QueuedRequest("c", 5, 1)]
+def test_lesson02_task1_each_running_request_gets_its_tokens_in_the_given_order():
+    sched = decoding(3)
+    order = [sched.running[2], sched.running[0], sched.running[1]]
+    step = Step(SchedulerOutput(), token_budget=10)
+    obeying("rules 2 and 4: each request gets sched.chunk_size tokens, recorded by sched.run",
+            mine.schedule_running, sched, step, order)
+    assert chunks(step) == [("c", 1), ("a", 1), ("b", 1)], (
+        "rules 2 and 4: each request in `requests` gets sched.chunk_size(req, step) tokens (1 for a decode), "
+        "recorded with sched.run, in the order given")
+    assert step.token_budget == 7, "sched.run takes each chunk's tokens from step.token_budget"
 
 
-@pytest.mark.parametrize("free_seats,token_budget,free_blocks,step_is_empty,want", [
-    (3, 100, 10, False, ["a", "b", "c"]),
-    (2, 100, 10, False, ["a", "b"]),          # seats run out
-    (3, 29, 10, False, ["a"]),                # b's 20 tokens overflow; c would fit but may not jump b
-    (3, 100, 2, False, ["a"]),                # b needs 2 blocks, 1 is left
-    (3, 35, 4, False, ["a", "b", "c"]),       # exactly full
-    (3, 5, 10, True, ["a"]),                  # an empty step takes the head even over budget
-    (3, 5, 10, False, []),
-    (0, 100, 10, True, []),
-    (3, 100, 0, True, []),
-])
-def test_lesson02_task2_admits_the_head_of_the_queue_that_fits(free_seats, token_budget, free_blocks,
-                                                               step_is_empty, want):
-    assert mine.plan_admissions(QUEUE, free_seats, token_budget, free_blocks, step_is_empty) == want
-    assert mine.plan_admissions([], free_seats, token_budget, free_blocks, step_is_empty) == []
+def test_lesson02_task1_a_request_whose_tokens_do_not_fit_gets_nothing():
+    sched = decoding(3)
+    step = Step(SchedulerOutput(), token_budget=1)
+    obeying("rule 2: chunk_size 0 means nothing this step", mine.schedule_running, sched, step, list(sched.running))
+    assert chunks(step) == [("a", 1)], "rule 2: once the budget is spent, chunk_size is 0: the request gets nothing"
+    assert not step.out.preempted, "rule 2: a request that gets no tokens needs no room: nobody is preempted for it"
 
 
-def test_lesson02_task2_the_engine_admits_as_planned():
-    """Two seats, lengths 3/1/2/2: worked out by hand, request 2 takes the seat request 1 freed at
-    step 0, and request 3 the seats freed at step 2."""
-    engine = simulated_engine([3, 1, 2, 2], 2, EngineParts(plan_admissions=mine.plan_admissions))
+def test_lesson02_task1_preempts_until_the_pool_holds_the_tokens():
+    """Three decodes each need a new block and the pool of 3 has none free: a's token needs c to give
+    way; then b needs a block, and b itself is the least urgent left, so b gives way."""
+    sched = decoding(3, prompt=4, num_blocks=3)
+    step = Step(SchedulerOutput(), token_budget=10)
+    obeying("rules 1 and 3: make room with sched.make_room until sched.kv.can_append holds",
+            mine.schedule_running, sched, step, list(sched.running))
+    assert [r.request_id for r in step.out.preempted] == ["c", "b"], (
+        "rule 3: while the pool cannot hold a request's tokens, call sched.make_room(step), and check again")
+    assert chunks(step) == [("a", 1)], (
+        "rule 3: a request that make_room returned (it gave way itself) gets nothing; rule 1: a request preempted "
+        "earlier in the step (c) gets nothing either")
+
+
+def test_lesson02_task1_the_engine_runs_yours_under_pressure():
+    yours, reference = run_both(EngineParts(schedule_running=mine.schedule_running), PRESSURE,
+                                max_num_seqs=6, num_blocks=12, block_size=4, max_model_len=48)
+    assert any(decisions(reference, "preempted")), "the workload must put the pool under pressure"
+    for what in ("admitted", "preempted"):
+        assert decisions(yours, what) == decisions(reference, what), (
+            f"with your schedule_running the engine {what} other requests than minicb's at some step: check the rules "
+            "in its docstring")
+
+
+def waiting(lengths: list[int], **config):
+    engine = simulated_engine(**{"max_num_seqs": 4, "num_blocks": 32, "block_size": 4, **config})
+    add(engine, lengths)
+    return engine.scheduler
+
+
+def admit(sched, step: Step):
+    return obeying("admit_waiting starts the head of sched.waiting with sched.start(req, n, step)",
+                   mine.admit_waiting, sched, step)
+
+
+def test_lesson02_task2_nobody_jumps_the_line():
+    sched = waiting([10, 20, 5])
+    step = Step(SchedulerOutput(), token_budget=29)
+    blocked = admit(sched, step)
+    assert [r.request_id for r in step.out.admitted] == ["a"], (
+        "c fits but may not start before b: FCFS stops at the first request that does not fit (rule 1)")
+    assert blocked is not None and blocked.request_id == "b", "rule 1: return the request that could not start"
+
+
+def test_lesson02_task2_a_request_needs_a_seat():
+    sched = waiting([3, 3, 3], max_num_seqs=2)
+    step = Step(SchedulerOutput(), token_budget=100)
+    blocked = admit(sched, step)
+    assert [r.request_id for r in step.out.admitted] == ["a", "b"], "rule 2: each request takes a seat; two seats"
+    assert blocked is not None and blocked.request_id == "c", "rule 1: return the request that could not start"
+
+
+def test_lesson02_task2_a_request_needs_its_blocks_and_leaves_keep_free():
+    sched = waiting([10, 20, 5], num_blocks=6)   # a takes 3 of 6 blocks; b needs 5; c would fit in 2
+    step = Step(SchedulerOutput(), token_budget=100)
+    admit(sched, step)
+    assert [r.request_id for r in step.out.admitted] == ["a"], (
+        "rule 2: b's 20 tokens need 5 blocks and 3 are free, so b waits, and c may not jump it")
+    sched = waiting([10], num_blocks=4)
+    step = Step(SchedulerOutput(), token_budget=100, keep_free=2)
+    admit(sched, step)
+    assert step.out.admitted == [], (
+        "rule 2: a needs 3 of the 4 free blocks, but step.keep_free=2 of them are kept for decodes that run after "
+        "admission: use sched.kv.can_allocate(n, keep_free=step.keep_free)")
+
+
+def test_lesson02_task2_returns_none_when_everyone_started():
+    sched = waiting([3, 3])
+    step = Step(SchedulerOutput(), token_budget=100)
+    assert admit(sched, step) is None and len(step.out.admitted) == 2, "rule 3: the queue ran out: return None"
+    assert admit(sched, Step(SchedulerOutput(), token_budget=100)) is None, "rule 3: an empty queue: return None"
+
+
+def test_lesson02_task2_the_engine_admits_as_worked_out_by_hand():
+    """Two seats, max_tokens 3/1/2/2: request c takes the seat b freed at step 0, and d the seat
+    a freed at step 2."""
+    engine = simulated_engine(EngineParts(admit_waiting=mine.admit_waiting), max_num_seqs=2, num_blocks=64)
+    for i, n in enumerate((3, 1, 2, 2)):
+        engine.add_request([10, 11], SamplingParams(max_tokens=n, ignore_eos=True), request_id=chr(97 + i))
     while engine.has_unfinished_requests():
         engine.step()
-    assert [s.admitted for s in engine.trace.steps] == [["0", "1"], ["2"], [], ["3"], []]
+    assert decisions(engine, "admitted") == [["a", "b"], ["c"], [], ["d"], []], (
+        "the engine must admit as first come, first served does when seats free up")
+
+
+def test_lesson02_task2_the_engine_runs_yours_under_pressure():
+    yours, reference = run_both(EngineParts(admit_waiting=mine.admit_waiting), PRESSURE,
+                                max_num_seqs=4, num_blocks=12, block_size=4, max_model_len=48)
+    assert decisions(yours, "admitted") == decisions(reference, "admitted"), (
+        "with your admit_waiting the engine admitted other requests than minicb's at some step: check the rules")

@@ -1,0 +1,63 @@
+"""What the exercise tests share: engines in a known state, and failures that name the rule."""
+from __future__ import annotations
+
+import pytest
+
+from minicb.engine import LLMEngine
+from minicb.parts import EngineParts
+from minicb.sampling import SamplingParams
+
+
+def ids(n: int) -> list[int]:
+    """A prompt of n token ids."""
+    return list(range(10, 10 + n))
+
+
+def simulated_engine(parts: EngineParts | None = None, **config) -> LLMEngine:
+    """The engine on the simulator (exact, repeatable tokens), with the pool checked every step."""
+    return LLMEngine(parts=parts, **{"device": "cpu", "simulate": True, "check_kv_invariants": True, **config})
+
+
+def add(engine: LLMEngine, prompt_lengths: list[int], max_tokens: int = 8, priorities: list[int] | None = None) -> None:
+    for i, n in enumerate(prompt_lengths):
+        engine.add_request(ids(n), SamplingParams(max_tokens=max_tokens, ignore_eos=True), request_id=chr(97 + i),
+                           priority=priorities[i] if priorities else 0)
+
+
+def obeying(rule: str, fn, *args):
+    """Call the graded function; an error it raises becomes a failure that names the rule."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as error:   # noqa: BLE001 - any error is the learner's to see, with the rule
+        pytest.fail(f"{rule} (your code raised {type(error).__name__}: {error})")
+
+
+def run_both(parts: EngineParts, workload: list[tuple[int, int, int]], **config) -> tuple[LLMEngine, LLMEngine]:
+    """The same workload ((prompt length, max_tokens, priority) per request) on the learner's parts
+    and on minicb's; every result must come back complete and the same as minicb's."""
+    engines = []
+    for p in (parts, EngineParts()):
+        engine = simulated_engine(p, **config)
+        for i, (n, max_tokens, priority) in enumerate(workload):
+            engine.add_request(ids(n), SamplingParams(max_tokens=max_tokens, ignore_eos=True), request_id=chr(97 + i),
+                               priority=priority)
+        results = {}
+        for _ in range(2000):
+            if not engine.has_unfinished_requests():
+                break
+            results.update((o.request_id, o.outputs[0].token_ids) for o in engine.step() if o.finished)
+        assert not engine.has_unfinished_requests(), "the run did not finish in 2,000 steps: a request starves"
+        engine.results = results
+        engines.append(engine)
+    yours, reference = engines
+    for rid, tokens in reference.results.items():
+        assert len(yours.results.get(rid, [])) == len(tokens), f"request {rid!r} did not get all its tokens"
+        assert yours.results[rid] == tokens, f"request {rid!r} got other tokens than with minicb's parts: KV lost?"
+    return yours, reference
+
+
+def decisions(engine: LLMEngine, what: str) -> list[list[str]]:
+    """Per step, the request ids the trace lists under `what` (admitted, preempted, ...)."""
+    return [getattr(s, what) for s in engine.trace.steps]

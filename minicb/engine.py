@@ -6,7 +6,7 @@ One engine step, as data:
     build_flat_batch(chunks)        -> FlatBatch         the flat tensors the model runs on
     runner.execute + sample         -> one token per request that reached its last known token
     scheduler.update                -> finished requests leave (continuous: at once)
-    trace.record                    -> one StepRecord
+    trace.record_step               -> one StepRecord
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.policy import PreemptionCost, measure_preemption_cost
 from minicb.scheduler.static import StaticScheduler
 from minicb.simulator import SimulatedRunner, StepCost
-from minicb.trace import DECODE, IDLE, PAD, PREFILL, StepRecord, Trace
+from minicb.trace import Trace
 
 
 Prompt = Union[str, list[int], dict]
@@ -129,8 +129,6 @@ class LLMEngine:
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
-        self._unrecorded_preemptions: list[str] = []      # kept for the next StepRecord if a step runs nothing
-        self._unrecorded_swaps: list[str] = []
         self._next_id = 0
         self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
         self.clock = self.runner.clock
@@ -263,9 +261,7 @@ class LLMEngine:
         for req in out.preempted:
             req.metrics.num_preemptions += 1
             req.metrics.last_preempted_at = start
-            self.trace.release(req.request_id)
-            self._unrecorded_preemptions.append(req.request_id)
-        self._unrecorded_swaps += [r.request_id for r in out.swapped_out]
+        self.trace.note_preemptions(out)
         if out.is_empty:
             # A priority preemption emptied the step (the next one admits), or an abort left a static
             # batch with only finished members, which must still be released and returned.
@@ -299,7 +295,9 @@ class LLMEngine:
         returned = self.scheduler.update(out)
         for req in returned:
             req.metrics.finished_time = end   # when the user gets the result, which static batching delays
-        self._record(out, start, end, returned, int(batch.attn.seq_lens.sum()))
+        bm = self.block_manager
+        self.trace.record_step(out, start, end, returned, int(batch.attn.seq_lens.sum()), bm.usage(),
+                               len(self.scheduler.waiting), bm.block_map() if self.config.trace_kv_blocks else None)
         shown = due if self.scheduler.streams_tokens else returned
         return self._hand_back(outputs + [RequestOutput.of(r) for r in shown])
 
@@ -353,36 +351,6 @@ class LLMEngine:
         if cut is not None:
             req.text = req.text[:cut]
         return cut is not None
-
-    def _record(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
-                context_tokens: int) -> None:
-        trace = self.trace
-        if not trace.enabled:   # trace_max_steps=0: no record, no seats; the events it would hold are let go
-            trace.count_unkept_step()
-            self._unrecorded_preemptions, self._unrecorded_swaps = [], []
-            return
-        seats: dict[int, tuple[str, str]] = {}
-        for chunk in out.chunks:
-            phase = PREFILL if chunk.prefill else DECODE
-            seats[trace.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
-        for req in out.idle_slots:
-            seats[trace.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
-        for req in returned:
-            trace.release(req.request_id)
-        usage = self.block_manager.usage()
-        prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
-        trace.record(StepRecord(
-            step=trace.num_steps, start_time=start, duration=end - start, num_seats=trace.num_seats, seats=seats,
-            num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
-            decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
-            blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
-            token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
-            admitted=[r.request_id for r in out.admitted],
-            finished=[r.request_id for r in returned], preempted=self._unrecorded_preemptions,
-            swapped_out=self._unrecorded_swaps, swapped_in=[r.request_id for r in out.swapped_in],
-            waiting=len(self.scheduler.waiting),
-            kv_blocks=self.block_manager.block_map() if self.config.trace_kv_blocks else None))
-        self._unrecorded_preemptions, self._unrecorded_swaps = [], []
 
 
 class LLM:

@@ -49,7 +49,7 @@ class BlockCopy:
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
-    idle_slots: list[Request] = field(default_factory=list)   # static batching: done, still holding a slot
+    idle_seats: list[Request] = field(default_factory=list)   # static batching: done, still holding a seat
     admitted: list[Request] = field(default_factory=list)     # started running this step
     preempted: list[Request] = field(default_factory=list)    # lost their KV blocks this step
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste

@@ -66,7 +66,7 @@ class StaticScheduler:
             self._form_batch(out)
         for req in self.batch:
             if req.status.finished:
-                out.idle_slots.append(req)
+                out.idle_seats.append(req)
                 if self.pad_to_longest:
                     # The row's context in a dense tensor: the longest prompt plus every step so far.
                     context = min(self._longest_prompt + self._batch_steps, self._dense_width)

@@ -5,9 +5,9 @@
 Three runs serve the same requests with the same seeds; each request has its own generator, so
 its output (and length) is the same in all of them:
 - "padded": static batching on a dense padded batch, computing the pads (naive `generate`);
-- "static": static batching that skips finished rows (they idle, holding their slot and blocks);
+- "static": static batching that skips finished rows (they idle, holding their seat and blocks);
 - "continuous": iteration-level scheduling.
-The ideal ratio is what the lengths alone allow: the padded baseline's slot-steps (every batch
+The ideal ratio is what the lengths alone allow: the padded baseline's seat-steps (every batch
 held for its longest member) over the useful ones.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> None:
         wall = time.perf_counter() - start
         stats = summarize(outputs, llm.engine.trace)
         results[batching] = {"wall_s": wall, "output_tok_per_s": stats["output_tokens"] / wall, "steps": stats["steps"],
-                             "slot_utilization": stats["slot_utilization"], "output_tokens": stats["output_tokens"],
+                             "seat_utilization": stats["seat_utilization"], "output_tokens": stats["output_tokens"],
                              "padding_waste": stats["padding_waste"],
                              "lengths": [len(o.outputs[0].token_ids) for o in outputs]}
     lengths = results["static"]["lengths"]
@@ -57,7 +57,7 @@ def main() -> None:
                "output_tok_per_s": tok_s, "continuous_over_padded": round(ratio, 2),
                "continuous_over_static": round(tok_s["continuous"] / tok_s["static"], 2),
                "ideal_ratio": round(ideal, 2), "measured_over_ideal": round(ratio / ideal, 2),
-               "slot_utilization": {k: round(v["slot_utilization"], 3) for k, v in results.items()},
+               "seat_utilization": {k: round(v["seat_utilization"], 3) for k, v in results.items()},
                "padding_waste": {k: round(v["padding_waste"], 3) for k, v in results.items()},
                "steps": {k: v["steps"] for k, v in results.items()}}
     print(json.dumps(summary, indent=2))

@@ -30,7 +30,7 @@ def make_room(sched: ContinuousScheduler, step: Step) -> Request:
     4. Swap when sched.should_swap(victim) says so: pairs = sched.kv.swap_out(victim.request_id);
        append BlockCopy(to_cpu=True, pairs=pairs) to step.out.block_copies and the victim to
        step.out.swapped_out; status RequestStatus.SWAPPED; insert it into sched.swapped in serving
-       order (the order of rule 1, most urgent first: bisect.insort with key=minicb.scheduler.preemption.rank).
+       order (the order of rule 1, most urgent first: bisect.insort with key=minicb.request.rank).
     5. Otherwise recompute: sched.kv.free(victim.request_id); victim.num_computed_tokens = 0 (its
        prompt and output so far are prefilled again); status RequestStatus.PREEMPTED; it waits again
        at the head of sched.waiting (it arrived before everyone there) under scheduling_policy

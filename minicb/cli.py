@@ -51,11 +51,11 @@ def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 
             print(f"\n{requests} requests, natural lengths (EOS), {seats} seats, on {llm.engine.runner.device}\n")
         stats = summarize(run_workload(llm.engine, work, progress=False), llm.engine.trace)
         rows.append((batching, stats))
-        print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its slot)")
+        print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its seat)")
         print(occupancy_chart(llm.engine.trace) + "\n")
-    print(f"{'':12s} {'steps':>6s} {'slot util':>9s} {'tok/s':>7s} {'mean TTFT':>10s} {'mean e2e':>9s}")
+    print(f"{'':12s} {'steps':>6s} {'seat util':>9s} {'tok/s':>7s} {'mean TTFT':>10s} {'mean e2e':>9s}")
     for name, st in rows:
-        print(f"{name:12s} {st['steps']:6d} {100 * st['slot_utilization']:8.0f}% {st['output_tok_per_s']:7.0f} "
+        print(f"{name:12s} {st['steps']:6d} {100 * st['seat_utilization']:8.0f}% {st['output_tok_per_s']:7.0f} "
               f"{st['ttft']['mean']:9.2f}s {st['e2e']['mean']:8.2f}s")
 
 

@@ -37,7 +37,7 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "output_tok_per_s": tokens / span if span > 0 else float("nan"),
         "requests_per_s": len(served) / span if span > 0 else float("nan"),
         "steps": trace.num_steps,   # every step run, those the trace no longer keeps included
-        "slot_utilization": trace.slot_utilization,
+        "seat_utilization": trace.seat_utilization,
         "padding_waste": trace.padding_waste,
         "ttft": latency_summary([x.ttft for x in m]),
         "tpot": latency_summary([x.tpot for x in m if x.tpot is not None]),

@@ -104,6 +104,12 @@ class Request:
         return FINISH_REASONS.get(self.status)
 
 
+def rank(req: Request) -> tuple[int, float, int]:
+    """Serving order: lower priority value first, then earlier arrival (arrival_index breaks ties,
+    which the simulated clock makes common). The scheduler admits in this order and preempts in reverse."""
+    return req.priority, req.metrics.arrival_time, req.arrival_index
+
+
 @dataclass
 class CompletionOutput:
     text: str

@@ -3,6 +3,9 @@
 Plain data only (ints, floats, strings, lists, dicts), so a trace exports to a list of dicts or JSON
 and means the same whether the step ran on Bard or in the simulator.
 
+The engine hands every scheduled step to Trace.note_preemptions and every step that ran to
+Trace.record_step, which builds its StepRecord.
+
 A trace must not cost more than the steps it describes: a step stores only its occupied seats (an
 engine may have a million seats and run eight requests), and a long-lived engine keeps only its most
 recent steps (Trace.max_steps), while the totals the metrics need cover every step.
@@ -12,6 +15,10 @@ from __future__ import annotations
 import heapq
 import json
 from dataclasses import asdict, dataclass, field
+
+from minicb.block_manager import BlockUsage
+from minicb.request import Request
+from minicb.scheduler.output import SchedulerOutput
 
 PREFILL, DECODE = "prefill", "decode"   # useful work
 IDLE = "idle"     # finished, still holding its seat (static batching)
@@ -44,28 +51,28 @@ class StepRecord:
     waiting: int = 0
     kv_blocks: list[tuple[str | None, int]] | None = None  # per block: (owner, tokens in it), if traced
 
-    def slot(self, seat: int) -> tuple[str | None, str]:
+    def occupant(self, seat: int) -> tuple[str | None, str]:
         """(request id or None, phase) of one seat."""
         return self.seats.get(seat, (None, EMPTY))
 
     @property
-    def slots(self) -> list[tuple[str | None, str]]:
+    def all_seats(self) -> list[tuple[str | None, str]]:
         """Every seat, empty ones included, as (request id or None, phase): built on demand, O(num_seats)."""
-        slots: list[tuple[str | None, str]] = [(None, EMPTY)] * self.num_seats
-        for seat, occupant in self.seats.items():
-            slots[seat] = occupant
-        return slots
+        per_seat: list[tuple[str | None, str]] = [(None, EMPTY)] * self.num_seats
+        for seat, held_by in self.seats.items():
+            per_seat[seat] = held_by
+        return per_seat
 
     @property
-    def useful_slots(self) -> int:
+    def useful_seats(self) -> int:
         return sum(phase in (PREFILL, DECODE) for _, phase in self.seats.values())
 
     def to_row(self) -> dict:
-        """The step as plain data, with one (request id, phase) per seat under "slots", as the export has it."""
+        """The step as plain data, with one (request id, phase) per seat under "seats", as the export has it."""
         row = {}
         for name, value in asdict(self).items():
             if name == "seats":
-                row["slots"] = self.slots
+                row["seats"] = self.all_seats
             elif name != "num_seats":
                 row[name] = value
         return row
@@ -81,10 +88,12 @@ class Trace:
     _seat_of: dict[str, int] = field(default_factory=dict)
     _released_seats: list[int] = field(default_factory=list)   # a heap of freed seats below _seats_opened
     _seats_opened: int = 0            # seats 0 .. _seats_opened - 1 have been handed out at least once
-    # Totals over every recorded step, dropped ones included, so the metrics do not depend on max_steps.
-    _useful_slot_steps: int = 0
-    _pending_preempted: list[str] = field(default_factory=list)   # events of steps that recorded nothing yet
+    # Preempted (and swapped-out) request ids not yet in a StepRecord: a step that runs nothing records
+    # nothing, so they wait for the next step that does.
+    _pending_preempted: list[str] = field(default_factory=list)
     _pending_swapped_out: list[str] = field(default_factory=list)
+    # Totals over every recorded step, dropped ones included, so the metrics do not depend on max_steps.
+    _useful_seat_steps: int = 0
     _useful_tokens: int = 0
     _padding_tokens: int = 0
 
@@ -119,7 +128,7 @@ class Trace:
     def record(self, step: StepRecord) -> None:
         """Keep a step; past max_steps, drop the oldest ones."""
         self.steps.append(step)
-        self._useful_slot_steps += step.useful_slots
+        self._useful_seat_steps += step.useful_seats
         self._useful_tokens += step.num_tokens
         self._padding_tokens += step.padding_tokens
         if self.max_steps is not None and len(self.steps) > self.max_steps:
@@ -129,26 +138,34 @@ class Trace:
             del self.steps[:drop]
             self.num_dropped_steps += drop
 
-    def note_preemptions(self, out) -> None:
-        """Right after scheduling: the step's victims lose their seats; the events wait for the next
-        recorded step (a step that runs nothing records nothing)."""
+    def count_unkept_step(self) -> None:
+        """A step ran with the trace off: count it, keep nothing."""
+        self.num_dropped_steps += 1
+
+    def note_preemptions(self, out: SchedulerOutput) -> None:
+        """Called every step right after scheduling, whether or not the step runs anything: preempted
+        requests give up their seats now (so the step's admissions can take them), and the preemptions
+        and swap-outs wait for the next recorded step. With the trace off there is nothing to keep."""
         for req in out.preempted:
             self.release(req.request_id)
-            self._pending_preempted.append(req.request_id)
-        self._pending_swapped_out += [r.request_id for r in out.swapped_out]
+        if self.enabled:
+            self._pending_preempted += [r.request_id for r in out.preempted]
+            self._pending_swapped_out += [r.request_id for r in out.swapped_out]
 
-    def record_step(self, out, start: float, end: float, returned: list, context_tokens: int, usage,
-                    waiting: int, kv_blocks: list[tuple[str | None, int]] | None = None) -> None:
-        """One StepRecord from the scheduler's decision and what came of it."""
-        preempted, swapped_out = self._pending_preempted, self._pending_swapped_out
-        self._pending_preempted, self._pending_swapped_out = [], []
-        if not self.enabled:   # no record, no seats; the events it would hold are let go
-            self.num_dropped_steps += 1
+    def record_step(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
+                    context_tokens: int, usage: BlockUsage, waiting: int,
+                    kv_blocks: list[tuple[str | None, int]] | None = None) -> None:
+        """Record a step that ran: seat its requests, free the seats of those whose results went back
+        (`returned`), and keep its StepRecord with the preemptions noted since the last recorded step.
+        usage: the pool after the step; waiting: requests queued after it; kv_blocks: the block map, if
+        traced. With the trace off the step is only counted."""
+        if not self.enabled:
+            self.count_unkept_step()
             return
         seats: dict[int, tuple[str, str]] = {}
         for chunk in out.chunks:
-            seats[self.seat_for(chunk.request.request_id)] = (chunk.request.request_id,
-                                                              PREFILL if chunk.prefill else DECODE)
+            phase = PREFILL if chunk.prefill else DECODE
+            seats[self.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
         for req in out.idle_seats:
             seats[self.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
         for req in returned:
@@ -161,23 +178,24 @@ class Trace:
             blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
             token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
             admitted=[r.request_id for r in out.admitted], finished=[r.request_id for r in returned],
-            preempted=preempted, swapped_out=swapped_out, swapped_in=[r.request_id for r in out.swapped_in],
-            waiting=waiting, kv_blocks=kv_blocks))
+            preempted=self._pending_preempted, swapped_out=self._pending_swapped_out,
+            swapped_in=[r.request_id for r in out.swapped_in], waiting=waiting, kv_blocks=kv_blocks))
+        self._pending_preempted, self._pending_swapped_out = [], []
 
     @property
-    def slot_utilization(self) -> float:
-        """Useful slot-steps / all slot-steps over every step recorded: how much of the batch's capacity did
+    def seat_utilization(self) -> float:
+        """Useful seat-steps / all seat-steps over every step recorded: how much of the batch's capacity did
         real work. nan with the trace off."""
         if not self.enabled:
             return float("nan")
         total = self.num_steps * self.num_seats
-        return self._useful_slot_steps / total if total else 0.0
+        return self._useful_seat_steps / total if total else 0.0
 
-    def slot_utilization_until(self, step: int) -> float:
+    def seat_utilization_until(self, step: int) -> float:
         """The same over the kept steps 0..step (what a widget playing the run has shown so far)."""
         played = self.steps[:step + 1]
         total = len(played) * self.num_seats
-        return sum(s.useful_slots for s in played) / total if total else 0.0
+        return sum(s.useful_seats for s in played) / total if total else 0.0
 
     @property
     def padding_waste(self) -> float:

@@ -81,7 +81,7 @@ def test_simulator_runs_10000_requests_quickly():
     stats = summarize(outputs, engine.trace)
     assert stats["served"] == 10_000
     assert stats["output_tokens"] == sum(w.params.max_tokens for w in work)
-    assert 0 < stats["slot_utilization"] <= 1
+    assert 0 < stats["seat_utilization"] <= 1
     print(f"simulated 10,000 requests in {wall:.1f} s wall")   # the figure is in bench/, not asserted here
 
 

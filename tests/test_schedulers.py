@@ -27,28 +27,28 @@ def run_checked(engine: LLMEngine) -> list:
         check_states(engine)
         step = engine.trace.steps[-1] if engine.trace.steps else None
         if step is not None:
-            assert sum(phase != "empty" for _, phase in step.slots) <= engine.config.max_num_seqs
+            assert sum(phase != "empty" for _, phase in step.all_seats) <= engine.config.max_num_seqs
             assert step.num_tokens <= engine.config.max_num_batched_tokens
     assert engine.scheduler.kv.usage().free_blocks == engine.scheduler.kv.num_blocks
     return outputs
 
 
 def add_fixed(engine: LLMEngine, steps: list[int], names: str) -> None:
-    """A request 'needing n steps' occupies its slot for n forward steps: it emits n tokens."""
+    """A request 'needing n steps' occupies its seat for n forward steps: it emits n tokens."""
     for n, name in zip(steps, names):
         engine.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True), request_id=name)
 
 
-def test_static_batching_wastes_the_seed_examples_slots(tiny_checkpoint):
+def test_static_batching_wastes_the_seed_examples_seats(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, batching="static", max_num_seqs=4)
     add_fixed(engine, [4, 24, 6, 8], "ABCD")
     outputs = run_checked(engine)
     steps = engine.trace.steps
     assert len(steps) == 24                                      # B holds the batch for 24 steps
-    useful = sum(s.useful_slots for s in steps)
-    total = sum(len(s.slots) for s in steps)
+    useful = sum(s.useful_seats for s in steps)
+    total = sum(len(s.all_seats) for s in steps)
     assert (useful, total) == (42, 96)                          # 42/96 ~ 44% utilization
-    assert [r for r, phase in steps[4].slots if phase == IDLE] == ["A"]   # A is done but holds its slot
+    assert [r for r, phase in steps[4].all_seats if phase == IDLE] == ["A"]   # A is done but holds its seat
     assert steps[-1].finished == ["A", "B", "C", "D"]           # results return together, at the end
     assert [o.request_id for o in outputs] == ["A", "B", "C", "D"]
     a, b = engine.seen["A"].metrics, engine.seen["B"].metrics
@@ -63,7 +63,7 @@ def test_static_batching_makes_a_late_request_wait_for_the_whole_batch(tiny_chec
     assert engine.trace.steps[24].admitted == ["E"]             # E starts only after B's 24 steps
 
 
-def test_continuous_batching_fills_a_free_slot_the_next_step(tiny_checkpoint):
+def test_continuous_batching_fills_a_free_seat_the_next_step(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, batching="continuous", max_num_seqs=4)
     add_fixed(engine, [4, 24, 6, 8, 5, 5], "ABCDEF")
     outputs = run_checked(engine)
@@ -73,7 +73,7 @@ def test_continuous_batching_fills_a_free_slot_the_next_step(tiny_checkpoint):
     assert admitted_at["E"] == finished_at["A"] + 1             # E enters the step after A leaves
     assert admitted_at["F"] == finished_at["C"] + 1             # F enters the step after C leaves
     assert len(steps) == 24                                      # the longest request sets the length, nothing else
-    assert not any(phase == IDLE for s in steps for _, phase in s.slots)
+    assert not any(phase == IDLE for s in steps for _, phase in s.all_seats)
     first_finished = next(o for o in outputs if o.finished)
     assert first_finished.request_id == "A"                      # A returns to its user at once
 
@@ -124,7 +124,7 @@ def test_abort_frees_everything_and_others_finish(tiny_checkpoint, batching):
 
 
 def test_padded_baseline_computes_the_waste_and_still_gets_the_same_tokens(tiny_checkpoint):
-    """The dense baseline: the seed example's 96 - 42 = 54 wasted slot-steps become 54 computed
+    """The dense baseline: the seed example's 96 - 42 = 54 wasted seat-steps become 54 computed
     padding tokens, and padding never disturbs the real rows."""
     runs = {}
     for batching in ("static", "padded"):

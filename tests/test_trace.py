@@ -6,14 +6,17 @@ import math
 import random
 import sys
 from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 
+from minicb.block_manager import BlockUsage
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.output import ScheduledChunk, SchedulerOutput
 from minicb.trace import EMPTY, IDLE, PAD, StepRecord, Trace
 from minicb.workload import make_workload
 
@@ -83,7 +86,7 @@ def test_each_step_seats_its_requests_where_the_scan_rule_would(batching):
         held = [rid for rid, phase in record.seats.values() if phase in (IDLE, PAD)]
         for rid in [*record.tokens, *held]:
             expected[reference.seat_for(rid)] = rid
-        assert [rid for rid, _ in record.slots] == expected, record.step
+        assert [rid for rid, _ in record.all_seats] == expected, record.step
         for rid in record.finished:
             reference.release(rid)
 
@@ -98,7 +101,7 @@ def test_a_million_seats_store_only_the_occupied_ones():
     for record in engine.trace.steps:
         held = sum(sys.getsizeof(getattr(record, f.name)) for f in fields(record))
         assert held < 4096, f"step {record.step} holds {held} bytes"   # a per-seat list would be 8 MB
-        assert set(record.seats) <= {0, 1, 2} and record.slot(10**6 - 1) == (None, EMPTY)
+        assert set(record.seats) <= {0, 1, 2} and record.occupant(10**6 - 1) == (None, EMPTY)
     assert engine.trace.steps[0].seats == {0: ("0", "prefill"), 1: ("1", "prefill"), 2: ("2", "prefill")}
 
 
@@ -120,8 +123,8 @@ def test_a_long_run_keeps_only_its_newest_steps_and_counts_them_all():
     assert comparable(kept.trace.to_rows()) == comparable(full.trace.to_rows()[-len(steps):])   # the newest
     assert [s.step for s in steps] == list(range(kept.trace.num_steps - len(steps), kept.trace.num_steps))
     got, want = summarize(outputs, kept.trace), summarize(reference, full.trace)
-    assert {k: got[k] for k in ("steps", "slot_utilization", "padding_waste")} == \
-        {k: want[k] for k in ("steps", "slot_utilization", "padding_waste")}
+    assert {k: got[k] for k in ("steps", "seat_utilization", "padding_waste")} == \
+        {k: want[k] for k in ("steps", "seat_utilization", "padding_waste")}
 
 
 def test_with_the_trace_off_the_engine_records_nothing_and_serves_the_same():
@@ -134,7 +137,7 @@ def test_with_the_trace_off_the_engine_records_nothing_and_serves_the_same():
     assert not off.trace.arrivals and not off.requests   # a long-lived engine keeps nothing per request
     stats = summarize(got, off.trace)
     assert stats["steps"] == on.trace.num_steps and stats["served"] == summarize(want, on.trace)["served"]
-    assert math.isnan(stats["slot_utilization"]) and math.isnan(stats["padding_waste"])
+    assert math.isnan(stats["seat_utilization"]) and math.isnan(stats["padding_waste"])
 
 
 def test_a_step_record_exports_one_entry_per_seat():
@@ -142,9 +145,64 @@ def test_a_step_record_exports_one_entry_per_seat():
                         num_tokens=1, context_tokens=9, prefill_tokens=0, decode_tokens=1, padding_tokens=0,
                         blocks_used=1, blocks_free=2, reserved_slots=16, token_slots=9, tokens={"a": 1})
     row = record.to_row()
-    assert list(row)[:5] == ["step", "start_time", "duration", "slots", "num_tokens"]
-    assert row["slots"] == [(None, EMPTY), (None, EMPTY), ("a", "decode")] and "seats" not in row
-    assert record.useful_slots == 1
+    assert list(row)[:5] == ["step", "start_time", "duration", "seats", "num_tokens"]
+    assert row["seats"] == [(None, EMPTY), (None, EMPTY), ("a", "decode")] and "num_seats" not in row
+    assert record.useful_seats == 1
+
+
+def stand_in(rid: str) -> SimpleNamespace:
+    """All the trace reads of a request is its id."""
+    return SimpleNamespace(request_id=rid)
+
+
+def scheduled(running: dict[str, int] | None = None, prefill: tuple[str, ...] = (),
+              **events: list[str]) -> SchedulerOutput:
+    """A SchedulerOutput over stand-in requests: running maps request id -> tokens this step; events name
+    the requests of each list field (admitted, preempted, swapped_out, ...)."""
+    running = running or {}
+    req = {rid: stand_in(rid) for rid in [*running, *(r for ids in events.values() for r in ids)]}
+    return SchedulerOutput(chunks=[ScheduledChunk(req[rid], n, rid in prefill) for rid, n in running.items()],
+                           **{name: [req[rid] for rid in ids] for name, ids in events.items()})
+
+
+USAGE = BlockUsage(num_blocks=4, free_blocks=1, owned_blocks=3, reserved_slots=48, token_slots=40)
+
+
+def test_record_step_builds_the_step_and_preemptions_wait_for_the_next_step_that_runs():
+    trace = Trace(num_seats=2)
+    out = scheduled({"a": 5, "b": 3}, prefill=("a", "b"), admitted=["a", "b"])
+    trace.note_preemptions(out)
+    trace.record_step(out, 1.0, 1.5, [], context_tokens=8, usage=USAGE, waiting=1, kv_blocks=[("a", 5)])
+    [first] = trace.steps
+    assert first.seats == {0: ("a", "prefill"), 1: ("b", "prefill")}
+    assert (first.step, first.start_time, first.duration) == (0, 1.0, 0.5)
+    assert (first.num_tokens, first.prefill_tokens, first.decode_tokens) == (8, 8, 0)
+    assert (first.blocks_used, first.blocks_free, first.reserved_slots, first.token_slots) == (3, 1, 48, 40)
+    assert (first.context_tokens, first.waiting, first.kv_blocks, first.admitted) == (8, 1, [("a", 5)], ["a", "b"])
+
+    trace.note_preemptions(scheduled(preempted=["a"], swapped_out=["a"]))   # a step that runs nothing
+    out = scheduled({"b": 1, "c": 4}, prefill=("c",), admitted=["c"])
+    trace.note_preemptions(out)
+    trace.record_step(out, 2.0, 2.25, [stand_in("b")], context_tokens=13, usage=USAGE, waiting=0)
+    second = trace.steps[-1]
+    assert second.seats == {0: ("c", "prefill"), 1: ("b", "decode")}   # c takes the seat a gave up
+    assert (second.preempted, second.swapped_out, second.finished) == (["a"], ["a"], ["b"])
+    assert (second.step, second.decode_tokens, second.tokens) == (1, 1, {"b": 1, "c": 4})
+
+    out = scheduled({"c": 1, "d": 2}, prefill=("d",), admitted=["d"])
+    trace.note_preemptions(out)
+    trace.record_step(out, 3.0, 3.5, [], context_tokens=9, usage=USAGE, waiting=0)
+    assert trace.steps[-1].seats == {0: ("c", "decode"), 1: ("d", "prefill")}   # b's seat was freed when returned
+    assert trace.steps[-1].preempted == [] and trace.steps[-1].swapped_out == []
+
+
+def test_with_the_trace_off_record_step_only_counts():
+    trace = Trace(num_seats=2, max_steps=0)
+    trace.note_preemptions(scheduled(preempted=["a"], swapped_out=["a"]))
+    out = scheduled({"b": 2})
+    trace.note_preemptions(out)
+    trace.record_step(out, 0.0, 1.0, [], context_tokens=2, usage=USAGE, waiting=0)
+    assert (trace.steps, trace.num_steps, trace._pending_preempted, trace._pending_swapped_out) == ([], 1, [], [])
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "100"])

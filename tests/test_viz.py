@@ -13,7 +13,7 @@ from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.sampling import SamplingParams
 from minicb.trace import DECODE, IDLE, PAD, PREFILL
-from minicb.viz import (KVBlockMap, SlotOccupancy, Timeline, latency_cdf, render_kv_blocks, render_slots,
+from minicb.viz import (KVBlockMap, SeatOccupancy, Timeline, latency_cdf, render_kv_blocks, render_seats,
                         render_timeline, save_gif, save_html, save_png)
 from minicb.viz.draw import PALETTE, rgb
 from minicb.viz.export import frame_steps
@@ -67,13 +67,13 @@ def counters_text(html: str) -> str:
     return re.search(r'class="minicb-counters"[^>]*>([^<]*)<', html).group(1)
 
 
-def test_slot_grid_draws_each_seat_up_to_the_step_as_the_trace_says(static):
+def test_seat_grid_draws_each_seat_up_to_the_step_as_the_trace_says(static):
     for k in (0, 5, len(static.steps) - 1):
-        cells = elements(render_slots(static, k))
+        cells = elements(render_seats(static, k))
         assert len(cells) == (k + 1) * static.num_seats
         assert max(int(c["data-step"]) for c in cells) == k
         for c in cells:
-            rid, phase = static.steps[int(c["data-step"])].slots[int(c["data-seat"])]
+            rid, phase = static.steps[int(c["data-step"])].all_seats[int(c["data-seat"])]
             assert (c["data-request"], c["data-phase"]) == (rid or "", phase)
 
 
@@ -85,7 +85,7 @@ def decode_colors(html: str) -> dict[str, set[str]]:
 
 
 def test_a_request_keeps_one_colour_and_prefill_is_darker(continuous):
-    html = render_slots(continuous, len(continuous.steps) - 1)
+    html = render_seats(continuous, len(continuous.steps) - 1)
     fills = decode_colors(html)
     assert len(fills) == len(LENGTHS) and all(len(f) == 1 for f in fills.values())
     first = [fills[str(i)].copy().pop() for i in range(len(PALETTE))[:len(LENGTHS)]]
@@ -98,7 +98,7 @@ def test_a_request_keeps_one_colour_and_prefill_is_darker(continuous):
 
 
 def test_idle_seats_are_hatched_and_padding_cross_hatched(static):
-    html = render_slots(static, len(static.steps) - 1)
+    html = render_seats(static, len(static.steps) - 1)
     idle = elements(html, phase=IDLE)
     assert idle, "static batching leaves finished requests holding seats"
     for c in idle:
@@ -106,7 +106,7 @@ def test_idle_seats_are_hatched_and_padding_cross_hatched(static):
         assert c["fill"] == f"url(#minicb-hatch-{decode[1:]})"
         assert f'<pattern id="minicb-hatch-{decode[1:]}"' in html
     padded = run(LENGTHS[:4], batching="padded")[0]
-    pads = elements(render_slots(padded, len(padded.steps) - 1), phase=PAD)
+    pads = elements(render_seats(padded, len(padded.steps) - 1), phase=PAD)
     assert pads and all(c["fill"].startswith("url(#minicb-cross-") for c in pads)
 
 
@@ -114,12 +114,12 @@ def test_counters_match_the_trace_at_every_step(static):
     seen = set()
     for k, record in enumerate(static.steps):
         played = static.steps[:k + 1]
-        phases = [phase for r in played for _, phase in r.slots]
+        phases = [phase for r in played for _, phase in r.all_seats]
         useful = sum(phase in (PREFILL, DECODE) for phase in phases)
         finished = sum(len(r.finished) for r in played)
         expected = (f"step {k + 1}/{len(static.steps)} · utilization so far {100 * useful / len(phases):.0f}% · "
                     f"finished {finished} · waiting {record.waiting}")
-        text = counters_text(render_slots(static, k))
+        text = counters_text(render_seats(static, k))
         assert text == expected
         seen.add(text)
     assert len(seen) == len(static.steps)
@@ -128,28 +128,28 @@ def test_counters_match_the_trace_at_every_step(static):
 
 def test_rendering_is_deterministic(static):
     again = run(batching="static", trace_kv_blocks=True)[0]
-    assert render_slots(static, 7) == render_slots(again, 7)
+    assert render_seats(static, 7) == render_seats(again, 7)
     assert render_kv_blocks(static, 7) == render_kv_blocks(again, 7)
 
 
 def test_widget_renders_from_the_slider_in_python(static):
-    w = SlotOccupancy(static)
+    w = SeatOccupancy(static)
     last = len(static.steps) - 1
     assert w.step == last and w.slider.max == last          # a static notebook shows the whole run
-    assert w.html == [render_slots(static, last)]
+    assert w.html == [render_seats(static, last)]
     w.step = 2
-    assert w.html == [render_slots(static, 2)]
+    assert w.html == [render_seats(static, 2)]
     assert counters_text(w.html[0]).startswith(f"step 3/{last + 1}")
 
 
 def test_play_at_the_end_starts_the_run_over(static):
-    w = SlotOccupancy(static)
+    w = SeatOccupancy(static)
     w.play.playing = True
     assert w.step == 0
 
 
 def test_two_runs_side_by_side_and_the_shorter_holds_its_last_step(static, continuous):
-    w = SlotOccupancy(static, continuous, titles=["static", "continuous"])
+    w = SeatOccupancy(static, continuous, titles=["static", "continuous"])
     assert len(static.steps) > len(continuous.steps)
     assert len(w.html) == 2 and len(w.widget.children[1].children) == 2
     assert "static" in w.html[0] and "continuous" in w.html[1]
@@ -157,7 +157,7 @@ def test_two_runs_side_by_side_and_the_shorter_holds_its_last_step(static, conti
     n = len(continuous.steps)
     assert counters_text(w.html[1]).startswith(f"step {n}/{n}")
     with pytest.raises(ValueError):
-        SlotOccupancy(static, continuous, titles=["only one"])
+        SeatOccupancy(static, continuous, titles=["only one"])
 
 
 def kv_counts(record) -> dict[str, int]:
@@ -180,14 +180,15 @@ def test_kv_map_states_match_the_block_map(continuous, contiguous):
 
 
 def test_contiguous_reservation_shows_reserved_empty_blocks_and_paged_does_not(continuous, contiguous):
-    reserved = lambda trace: [len(elements(render_kv_blocks(trace, k), state="reserved"))
-                              for k in range(len(trace.steps))]
+    def reserved(trace):
+        return [len(elements(render_kv_blocks(trace, k), state="reserved")) for k in range(len(trace.steps))]
+
     assert max(reserved(contiguous)) >= 8
     assert sum(reserved(continuous)) <= len(continuous.steps) // 4
 
 
 def test_a_request_has_the_same_colour_in_both_views(continuous):
-    fills = decode_colors(render_slots(continuous, len(continuous.steps) - 1))
+    fills = decode_colors(render_seats(continuous, len(continuous.steps) - 1))
     full = [b for k in range(len(continuous.steps))
             for b in elements(render_kv_blocks(continuous, k), state="used", tokens=str(EngineConfig().block_size))]
     assert full
@@ -235,16 +236,16 @@ def test_timeline_marks_preemptions(preempting):
 
 
 def test_save_html_holds_every_frame_and_no_urls(tmp_path, static, continuous):
-    path = tmp_path / "slots.html"
-    save_html(render_slots, [static, continuous], str(path), titles=["static", "continuous"])
+    path = tmp_path / "seats.html"
+    save_html(render_seats, [static, continuous], str(path), titles=["static", "continuous"])
     page = path.read_text()
     assert "http" not in page and "src=" not in page
     frames = json.loads(re.search(r"const frames = (\[.*\]);", page).group(1))
     assert len(frames) == len(static.steps)
     for k, frame in enumerate(frames):
         assert f"step {k + 1}/{len(static.steps)}" in frame
-        assert frame.count('class="minicb-slots"') == 2
-    SlotOccupancy(static).save_html(str(tmp_path / "w.html"))
+        assert frame.count('class="minicb-seats"') == 2
+    SeatOccupancy(static).save_html(str(tmp_path / "w.html"))
     assert (tmp_path / "w.html").read_text().count("minicb-counters") == len(static.steps)
 
 
@@ -256,8 +257,8 @@ def test_frame_steps_are_bounded_and_end_on_the_last_step():
 
 
 def test_save_gif_animates_and_save_png_draws_the_colours(tmp_path, static, continuous, contiguous):
-    path = tmp_path / "slots.gif"
-    save_gif("slots", [static, continuous], str(path), every=4, titles=["static", "continuous"])
+    path = tmp_path / "seats.gif"
+    save_gif("seats", [static, continuous], str(path), every=4, titles=["static", "continuous"])
     with Image.open(path) as gif:
         assert gif.n_frames == len(frame_steps(len(static.steps), 4)) > 1
         assert 300 <= gif.width <= 1200
@@ -291,3 +292,23 @@ def test_importing_the_views_needs_no_widget_or_plot_library():
         top = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = [a.name for n in top for a in n.names] + [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
         assert not [m for m in names if m.split(".")[0] in ("ipywidgets", "matplotlib", "PIL", "numpy")], path
+
+
+# minicb.viz in layers, each importing only from the layers before it, so its imports never go round in a circle:
+# the views are pure functions of a trace, the export draws any view, and the widgets play views and export them.
+VIZ_LAYERS = [{"draw"}, {"seats", "kvblocks", "timeline", "text"}, {"export"}, {"widgets"}, {"__init__"}]
+
+
+def test_the_views_the_export_and_the_widgets_import_one_way():
+    layer = {name: k for k, names in enumerate(VIZ_LAYERS) for name in names}
+    for path in sorted(Path("minicb/viz").glob("*.py")):
+        assert path.stem in layer, f"{path}: put the new module in a layer of VIZ_LAYERS"
+        # Every import, late ones inside functions included: a late import only hides a circle.
+        nodes = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = [a.name for n in nodes if isinstance(n, ast.Import) for a in n.names]
+        names += [f"{n.module}.{a.name}" for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names]
+        for parts in (name.split(".") for name in names):
+            if parts[:2] == ["minicb", "viz"]:
+                # A module of the package, else the package itself (a name its __init__ exports).
+                stem = parts[2] if len(parts) > 2 and parts[2] in layer else "__init__"
+                assert layer[stem] < layer[path.stem], f"{path} imports {'.'.join(parts)}: not from a lower layer"

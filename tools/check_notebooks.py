@@ -76,7 +76,8 @@ def diff(stored, fresh, name: str) -> list[str]:
         a, b = comparable(old.get("outputs", [])), comparable(new.get("outputs", []))
         if a != b:
             first = new.source.splitlines()[0] if new.source else ""
-            changed = "\n".join(list(difflib.unified_diff(render(a), render(b), "stored", "fresh", lineterm="", n=0))[2:12])
+            diff = list(difflib.unified_diff(render(a), render(b), "stored", "fresh", lineterm="", n=0))
+            changed = "\n".join(diff[2:12])   # past the two header lines, the first ten changed lines
             problems.append(f"{name}: code cell {i} ({first[:60]!r}) is stale:\n{changed}")
     return problems
 

@@ -7,7 +7,7 @@ The simulator runs the real scheduler, block manager and batch builder with a st
 Bard, and the workloads are seeded, so every run draws the same figures. Output lengths are "heavy":
 log-normal with the Bard corpus's median and p90, the spread that makes static batching wasteful.
 
-- slots_static_vs_continuous.gif  the SlotOccupancy grid of one workload, static vs continuous, side by side
+- seats_static_vs_continuous.gif  the SeatOccupancy grid of one workload, static vs continuous, side by side
 - kv_contiguous_vs_paged.png      the KVBlockMap of one workload mid-run, contiguous vs paged reservation
 - latency_static_vs_continuous.png  latency_cdf: end-to-end latency of each request, static vs continuous
 """
@@ -23,7 +23,7 @@ from minicb.workload import make_workload, run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SEATS = 4          # the occupancy GIF: 10 requests, 4 seats, every third step (72 frames)
-SLOT_WORK = {"n": 10, "lengths": "heavy", "seed": 1, "max_tokens": 200}
+SEAT_WORK = {"n": 10, "lengths": "heavy", "seed": 1, "max_tokens": 200}
 KV_WORK = {"n": 12, "lengths": "heavy", "seed": 1, "max_tokens": 200}   # 8 seats, 48 blocks of 16, model length 256
 KV_STEP = 20
 LATENCY_WORK = {"n": 64, "lengths": "heavy", "seed": 0, "max_tokens": 512}   # 8 seats
@@ -35,14 +35,14 @@ def run(work: dict, **engine_args):
     return outs, engine.trace
 
 
-def slots_gif(out: Path) -> Path:
-    runs = {b: run(SLOT_WORK, batching=b, max_num_seqs=SEATS) for b in ("static", "continuous")}
+def seats_gif(out: Path) -> Path:
+    runs = {b: run(SEAT_WORK, batching=b, max_num_seqs=SEATS) for b in ("static", "continuous")}
     titles = []
     for name, (outs, trace) in runs.items():
         s = summarize(outs, trace)
-        titles.append(f"{name}: {s['steps']} steps, {s['slot_utilization']:.0%} of seat-steps busy")
-    path = out / "slots_static_vs_continuous.gif"
-    save_gif("slots", [trace for _, trace in runs.values()], str(path), every=3, titles=titles)
+        titles.append(f"{name}: {s['steps']} steps, {s['seat_utilization']:.0%} of seat-steps busy")
+    path = out / "seats_static_vs_continuous.gif"
+    save_gif("seats", [trace for _, trace in runs.values()], str(path), every=3, titles=titles)
     return path
 
 
@@ -52,7 +52,7 @@ def kv_png(out: Path) -> Path:
     titles = []
     for name, trace in traces.items():
         record = trace.steps[KV_STEP]
-        running = sum(phase in ("prefill", "decode") for _, phase in record.slots)
+        running = sum(phase in ("prefill", "decode") for _, phase in record.all_seats)
         empty = sum(owner is not None and tokens == 0 for owner, tokens in record.kv_blocks)
         titles.append(f"{name}: {running} running, {empty}/{len(record.kv_blocks)} blocks empty")
     path = out / "kv_contiguous_vs_paged.png"
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for make in (slots_gif, kv_png, latency_png):
+    for make in (seats_gif, kv_png, latency_png):
         path = make(args.out)
         print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {path.stat().st_size / 1024:.0f} KiB")
 

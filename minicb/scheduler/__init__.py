@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from minicb.block_manager import BlockManager, BlockUsage
 from minicb.request import Request
-from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.scheduler.continuous import ContinuousScheduler, SchedulerSteps
 from minicb.scheduler.output import SchedulerOutput
 from minicb.scheduler.static import StaticScheduler
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
-    from minicb.output import OutputProcessor
-    from minicb.parts import EngineParts
     from minicb.costs import PreemptionCost
+    from minicb.output import OutputProcessor
 
 
 class Scheduler(Protocol):
@@ -53,7 +52,7 @@ class Scheduler(Protocol):
     def check_invariants(self) -> None: ...
 
 
-def build_scheduler(config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
+def build_scheduler(config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
                     preemption_cost: PreemptionCost | None) -> Scheduler:
     if config.batching == "continuous":
         return ContinuousScheduler(config, kv, parts, outputs, preemption_cost)

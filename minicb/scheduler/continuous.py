@@ -22,19 +22,26 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from minicb.block_manager import BlockManager
-from minicb.request import Request, RequestStatus
+from minicb.request import Request, RequestStatus, rank
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
-from minicb.scheduler.preemption import rank
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.costs import PreemptionCost
     from minicb.output import OutputProcessor
-    from minicb.parts import EngineParts
+
+
+class SchedulerSteps(Protocol):
+    """The five steps the skeleton calls (minicb.parts.EngineParts is one): minicb's own or a learner's."""
+    schedule_running: Callable[[ContinuousScheduler, Step, list[Request]], None]
+    admit_waiting: Callable[[ContinuousScheduler, Step], Request | None]
+    make_room: Callable[[ContinuousScheduler, Step], Request]
+    should_swap: Callable[[ContinuousScheduler, Request], bool]
+    chunk_size: Callable[[ContinuousScheduler, Request, Step], int]
 
 
 @dataclass
@@ -82,7 +89,7 @@ def admit_waiting(sched: ContinuousScheduler, step: Step) -> Request | None:
 class ContinuousScheduler(SchedulerBase):
     streams_tokens = True   # every new token goes back to its user at once
 
-    def __init__(self, config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
+    def __init__(self, config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
                  preemption_cost: PreemptionCost | None = None):
         super().__init__(config, kv, outputs)
         self.parts = parts

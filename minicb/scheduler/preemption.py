@@ -1,7 +1,7 @@
 """Lesson 06: preemption. When a running request needs a KV block and none is free, the least
 urgent running request gives its blocks back.
 
-The victim is the last in serving order (rank): the largest priority value, then the latest
+The victim is the last in serving order (minicb.request.rank): the largest priority value, then the latest
 arrival. Under FCFS every priority is 0, so simply the latest arrival; the oldest request is never
 evicted by a younger one and always makes progress.
 
@@ -17,17 +17,11 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING
 
-from minicb.request import Request, RequestStatus
+from minicb.request import Request, RequestStatus, rank
 from minicb.scheduler.output import BlockCopy
 
 if TYPE_CHECKING:
     from minicb.scheduler.continuous import ContinuousScheduler, Step
-
-
-def rank(req: Request) -> tuple[int, float, int]:
-    """Who is served first: lower priority value, then earlier arrival (arrival_index breaks ties,
-    which the simulated clock makes common)."""
-    return req.priority, req.metrics.arrival_time, req.arrival_index
 
 
 def make_room(sched: ContinuousScheduler, step: Step) -> Request:

@@ -1,6 +1,6 @@
 """What the views share: request colours, grid cells, and how cells become SVG.
 
-A view (slots, KV blocks) describes itself as a list of Cells; svg_grid draws them for the browser and
+A view (seats, KV blocks) describes itself as a list of Cells; svg_grid draws them for the browser and
 export.paint rasterises the very same cells for GIFs, so a frame looks alike in both.
 """
 from __future__ import annotations

@@ -11,6 +11,8 @@ from typing import Callable, Sequence
 
 from minicb.trace import Trace
 from minicb.viz.draw import Cell, rgb, tint, titled
+from minicb.viz.kvblocks import kv_frame
+from minicb.viz.seats import seat_frame
 
 Frame = Callable[[Trace, int], tuple[list[Cell], int, int, str]]   # (cells, rows, columns, caption)
 Traces = Trace | Sequence[Trace]
@@ -139,19 +141,17 @@ def write_gif(frame: Frame, traces: Traces, path: str, every: int = 1,
     images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0)
 
 
-def _frame_of(kind: str) -> Frame:
-    # Imported here: the view modules import the widgets, which import this module.
-    from minicb.viz.kvblocks import kv_frame
-    from minicb.viz.slots import slot_frame
+FRAMES: dict[str, Frame] = {"seats": seat_frame, "kv": kv_frame}   # the views that have GIF frames, by kind
 
-    frames = {"slots": slot_frame, "kv": kv_frame}
-    if kind not in frames:
-        raise ValueError(f"kind={kind!r}: use one of {sorted(frames)}")
-    return frames[kind]
+
+def _frame_of(kind: str) -> Frame:
+    if kind not in FRAMES:
+        raise ValueError(f"kind={kind!r}: use one of {sorted(FRAMES)}")
+    return FRAMES[kind]
 
 
 def save_gif(kind: str, traces: Traces, path: str, every: int = 1, titles: Sequence[str] | None = None) -> None:
-    """Animated GIF of the slot grid (kind="slots") or the KV block map (kind="kv"), traces side by side."""
+    """Animated GIF of the seat grid (kind="seats") or the KV block map (kind="kv"), traces side by side."""
     write_gif(_frame_of(kind), traces, path, every, titles)
 
 

@@ -5,11 +5,8 @@ reservation books a request's worst case up front, and the hatched reserved-but-
 """
 from __future__ import annotations
 
-from functools import partial
-
 from minicb.trace import Trace
 from minicb.viz.draw import PALETTE, Cell, color_of, counters, legend, request_colors, svg, svg_grid, titled
-from minicb.viz.player import Player
 
 FREE_FILL = "#e6e6e6"
 
@@ -78,11 +75,3 @@ def render_kv_blocks(trace: Trace, step: int, columns: int = 32, title: str | No
     width = max(8 + columns * cs, 340)
     return (f'<div class="minicb-kvblocks">{titled("", title)}{svg(width, bottom + 22, patterns, body)}'
             f'{counters(caption)}</div>')
-
-
-class KVBlockMap(Player):
-    """Play the KV pool of one run (or several side by side, e.g. paged vs contiguous)."""
-
-    def __init__(self, trace: Trace, *more: Trace, titles: list[str] | None = None, columns: int = 32):
-        super().__init__(partial(render_kv_blocks, columns=columns), [trace, *more], titles,
-                         frame=partial(kv_frame, columns=columns))

@@ -1,6 +1,6 @@
 """Each request's life as a Gantt row: queued, prefill, decode, preempted, finished; and latency CDFs.
 
-The x axis counts steps, not seconds, so rows line up with the slot grid. A request arriving at time t
+The x axis counts steps, not seconds, so rows line up with the seat grid. A request arriving at time t
 joins the queue at the first step starting at or after t.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ from minicb.request import RequestOutput
 from minicb.trace import DECODE, IDLE, PAD, PREFILL, Trace
 from minicb.viz.draw import (PAD_COLOR, PALETTE, Cell, color_of, darker, legend, request_colors, step_axis, svg,
                              svg_grid, text, titled)
-from minicb.viz.player import Player
 
 QUEUED = "queued"
 QUEUED_FILL = "#cccccc"
@@ -109,13 +108,6 @@ def render_timeline(trace: Trace, step: int | None = None, title: str | None = N
     width = max(left + n * cw + 4, left + 400)
     return (f'<div class="minicb-timeline">{titled("", title)}'
             f'{svg(width, bottom + 46, patterns, "".join(body))}</div>')
-
-
-class Timeline(Player):
-    """Play the requests' timelines of one run (or several side by side)."""
-
-    def __init__(self, trace: Trace, *more: Trace, titles: list[str] | None = None):
-        super().__init__(render_timeline, [trace, *more], titles)
 
 
 METRICS = {"e2e": "e2e_latency", "ttft": "ttft", "tpot": "tpot", "queue": "queue_time"}

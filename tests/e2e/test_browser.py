@@ -32,7 +32,7 @@ if not os.access(CHROMIUM, os.X_OK):
 if importlib.util.find_spec("playwright") is None:
     pytest.skip("playwright is not installed (make e2e-deps installs it)", allow_module_level=True)
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, sync_playwright  # noqa: E402 (only once the skips above let the module run)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "e2e"
@@ -232,18 +232,18 @@ def step_of(counters: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def test_lesson01_slot_occupancy_plays(lab, browser):
+def test_lesson01_seat_occupancy_plays(lab, browser):
     with open_lesson(browser, lab, LESSONS[0]) as lesson:
-        lesson.run_all(".minicb-slots")
-        views = lesson.page.locator(".widget-vbox:has(.minicb-slots) .minicb-slots")
-        assert views.count() == 2, "SlotOccupancy shows two runs side by side"
-        end = lesson.sample(".minicb-slots", 0.01)[0]["views"]
+        lesson.run_all(".minicb-seats")
+        views = lesson.page.locator(".widget-vbox:has(.minicb-seats) .minicb-seats")
+        assert views.count() == 2, "SeatOccupancy shows two runs side by side"
+        end = lesson.sample(".minicb-seats", 0.01)[0]["views"]
         assert all(step_of(v["counters"])[0] == step_of(v["counters"])[1] for v in end), "starts at the last step"
-        assert all(v["cells"] for v in end), "the slot grid has cells"
+        assert all(v["cells"] for v in end), "the seat grid has cells"
 
-        lesson.press_play(".minicb-slots")
-        samples = lesson.sample(".minicb-slots", 3.0)
-        lesson.screenshot(".minicb-slots", "lesson01_slots.png")
+        lesson.press_play(".minicb-seats")
+        samples = lesson.sample(".minicb-seats", 3.0)
+        lesson.screenshot(".minicb-seats", "lesson01_seats.png")
         runs = [[s["views"][i] for s in samples] for i in range(2)]
         for i, frames in enumerate(runs):
             steps = [step_of(f["counters"])[0] for f in frames]

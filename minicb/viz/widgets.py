@@ -1,14 +1,21 @@
-"""The widget every view shares: Play + a step slider over one HTML view per trace, side by side.
+"""The widgets: Play + a step slider over one HTML view per trace, side by side, for each view.
 
 The Play button drives the slider in the browser (jslink), and a Python observer re-renders the views, so the
 same widget also works headless: set `.step` and read `.html`.
+
+The widgets sit on top of the views and the export (views <- export <- widgets), so the view modules stay
+pure functions of a trace that the export can draw without knowing the widgets.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 from minicb.trace import Trace
 from minicb.viz import export
+from minicb.viz.kvblocks import kv_frame, render_kv_blocks
+from minicb.viz.seats import render_seats, seat_frame
+from minicb.viz.timeline import render_timeline
 
 Render = Callable[[Trace, int], str]
 
@@ -67,3 +74,25 @@ class Player:
         if self.frame is None:
             raise TypeError(f"{type(self).__name__} has no GIF export; use save_html")
         export.write_gif(self.frame, self.traces, path, every, self.titles)
+
+
+class SeatOccupancy(Player):
+    """Play a run (or several side by side, e.g. static vs continuous) step by step on the seat grid."""
+
+    def __init__(self, trace: Trace, *more: Trace, titles: list[str] | None = None):
+        super().__init__(render_seats, [trace, *more], titles, frame=seat_frame)
+
+
+class KVBlockMap(Player):
+    """Play the KV pool of one run (or several side by side, e.g. paged vs contiguous)."""
+
+    def __init__(self, trace: Trace, *more: Trace, titles: list[str] | None = None, columns: int = 32):
+        super().__init__(partial(render_kv_blocks, columns=columns), [trace, *more], titles,
+                         frame=partial(kv_frame, columns=columns))
+
+
+class Timeline(Player):
+    """Play the requests' timelines of one run (or several side by side)."""
+
+    def __init__(self, trace: Trace, *more: Trace, titles: list[str] | None = None):
+        super().__init__(render_timeline, [trace, *more], titles)

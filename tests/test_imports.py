@@ -1,0 +1,168 @@
+"""The project has no import circle: minicb's modules import one another one way only.
+
+The graph is read from the source (ast), not from a running interpreter, so it holds every import
+statement wherever it is: at the top of a module, inside a function (a late import does not break a
+circle, it only hides it until that function runs) or under `if TYPE_CHECKING:`.
+
+A package's __init__ runs before any of its submodules, but that is so for every import; counting it
+would put every module in a circle with minicb/__init__.py, which re-exports the engine. So `import
+minicb.a.b` and `from minicb.a import b` (b a module) are edges to minicb.a.b only, and `from minicb.a
+import name` (name not a module) is an edge to minicb.a.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "minicb"
+
+Edges = dict[str, dict[str, int]]   # module -> {module it imports: line of the first such import}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def find_modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
+    return {module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+
+
+def imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """The modules of `known` that one import statement in `module` loads."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:   # relative: from the module's own package, one level up per extra dot
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = package[:len(package) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+    found = []
+    for target in targets:
+        # `import minicb.a.b` names a module; anything longer is an attribute of the longest known prefix.
+        parts = target.split(".")
+        while parts and ".".join(parts) not in known:
+            parts.pop()
+        if parts:
+            found.append(".".join(parts))
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> Edges:
+    known = set(modules)
+    graph: Edges = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in imported(node, module, path.name == "__init__.py", known):
+                    if target != module:
+                        edges.setdefault(target, node.lineno)
+    return graph
+
+
+def strongly_connected(graph: Edges) -> list[list[str]]:
+    """Tarjan's components (iterative), each sorted; only those that hold a circle (more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return sorted(components)
+
+
+def a_circle(graph: Edges, component: list[str]) -> list[str]:
+    """One shortest circle through the component's first module, as the modules along it (first repeated last)."""
+    members, start = set(component), component[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if child in members and child not in came_from:
+                    came_from[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"{component} is not a strongly connected component")
+
+
+def describe(graph: Edges, modules: dict[str, Path], root: Path, circle: list[str]) -> str:
+    """The circle on one line, then where each of its imports is."""
+    steps = [f"{a} -> {b} ({modules[a].relative_to(root)}:{graph[a][b]})" for a, b in zip(circle, circle[1:])]
+    return "\n  ".join([" -> ".join(circle), *steps])
+
+
+def circles(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+    """One circle per tangle of modules that import one another, with every module of the tangle."""
+    modules = find_modules(root, package)
+    graph = import_graph(modules)
+    return [describe(graph, modules, root, a_circle(graph, c)) + f"\n  (all tangled: {', '.join(c)})"
+            for c in strongly_connected(graph)]
+
+
+def test_minicb_has_no_import_circle():
+    found = circles()
+    assert not found, "import circles (each line: the import that closes a step of it):\n" + "\n".join(found)
+
+
+def test_the_checker_finds_circles_through_late_relative_and_from_imports(tmp_path):
+    files = {
+        "pkg/__init__.py": "from pkg.a import run\n",
+        "pkg/a.py": "from pkg import b\ndef run():\n    return b\n",
+        "pkg/b.py": "def late():\n    from .sub import c\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/c.py": "import pkg.a\nfrom pkg.d import helper\n",
+        "pkg/d.py": "import os\nfrom pkg.sub import thing\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    modules = find_modules(tmp_path, "pkg")
+    graph = import_graph(modules)
+    assert graph["pkg.b"] == {"pkg.sub.c": 2}                 # inside a function, relative
+    assert graph["pkg.a"] == {"pkg.b": 1}                     # `from pkg import b`: the submodule
+    assert graph["pkg.d"] == {"pkg.sub": 2}                   # `from pkg.sub import thing`: the package
+    assert strongly_connected(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]   # pkg/__init__ is not in it
+    [found] = circles(tmp_path, "pkg")
+    assert found.startswith("pkg.a -> pkg.b -> pkg.sub.c -> pkg.a\n") and "pkg/b.py:2" in found

@@ -12,7 +12,7 @@ from minicb.costs import PreemptionCost
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.scheduler import chunking, continuous, preemption
+from minicb.scheduler import continuous, preemption
 
 CONFIGS = [dict(enable_chunked_prefill=chunked, scheduling_policy=policy, preemption_mode=mode, schedule_priority=order)
            for chunked, policy, mode, order in itertools.product(

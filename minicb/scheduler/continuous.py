@@ -150,7 +150,9 @@ class ContinuousScheduler(SchedulerBase):
     def _waiting_goes_first(self, swapped: Request) -> bool:
         """Swapped requests return before new ones, except that under the priority policy a more
         urgent waiting request goes first (else the two could evict each other forever)."""
-        return self.config.scheduling_policy == "priority" and bool(self.waiting) and rank(self.waiting[0]) < rank(swapped)
+        if self.config.scheduling_policy != "priority" or not self.waiting:
+            return False
+        return rank(self.waiting[0]) < rank(swapped)
 
     def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
                            now: float) -> list[Request]:

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab test demo soak notebooks
+.PHONY: lab test demo soak notebooks progress
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -30,6 +30,10 @@ notebooks: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m minicb demo --max-tokens 120
+
+# Where you stand: every course task, done, failing or not started, graded on your exercises/.
+progress: $(STAMP)
+	$(PY) -m minicb progress
 
 # The deep reliability run: 10,500 random schedules (10,000 simulated, 500 on the real Bard model).
 soak: $(STAMP)

@@ -1,10 +1,12 @@
-"""`python -m minicb generate|demo`: the course's engine from a terminal, no notebook needed."""
+"""`python -m minicb generate|demo`: the course's engine from a terminal, no notebook needed;
+`python -m minicb progress`: where you stand in the course's tasks."""
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import TextIO
 
+from minicb import course, progress
 from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
@@ -59,6 +61,15 @@ def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 
               f"{st['ttft']['mean']:9.2f}s {st['e2e']['mean']:8.2f}s")
 
 
+def show_progress(lessons: list[int] | None) -> int:
+    """Grade exercises/ of the checkout this runs in (see minicb/progress.py)."""
+    if not (course.REPO_ROOT / "exercises").is_dir():
+        print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
+        return 2
+    print(progress.render(progress.check(course.REPO_ROOT, lessons)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m minicb",
                                  description="minicb: continuous batching, built to learn from")
@@ -83,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", parents=[common], help="stream one completion to the terminal")
     gen.add_argument("--prompt", required=True, help="for Bard a speaker line such as 'ROMEO.' (a newline is added)")
     sub.add_parser("demo", parents=[common], help="two streamed speeches, then static vs continuous batching")
+    prog = sub.add_parser("progress", help="every course task: done, failing or not started, and how to check it")
+    prog.add_argument("--lesson", type=int, action="append", choices=sorted({t.lesson for t in course.TASKS}),
+                      help="only this lesson's tasks (repeat for more; default: all)")
     args = ap.parse_args(argv)
+    if args.command == "progress":
+        return show_progress(args.lesson)
 
     try:
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -4,16 +4,20 @@ unfinished stubs by falling back to the reference, saying so."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import os
 import re
 import subprocess
 import sys
+import types
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
-from minicb import course
+from minicb import course, progress
+from minicb.cli import main
 from minicb.sampling import SamplingParams
 
 LESSON_FILES = sorted((course.REPO_ROOT / "exercises").glob("lesson*.py"))
@@ -32,15 +36,16 @@ def parameters(fn) -> list[tuple[str, object, object]]:
 
 @pytest.mark.parametrize("task", course.TASKS, ids=lambda t: f"lesson{t.lesson:02d}_task{t.number}")
 def test_stub_and_solution_signatures_agree(task):
-    stub = resolve(course.lesson(task.module, "exercises"), task.symbol)
-    solution = resolve(course.lesson(task.module, "solutions"), task.symbol)
-    assert parameters(stub) == parameters(solution), f"{task.module}::{task.symbol} differs between the two"
+    for symbol in task.symbols:
+        stub = resolve(course.lesson(task.module, "exercises"), symbol)
+        solution = resolve(course.lesson(task.module, "solutions"), symbol)
+        assert parameters(stub) == parameters(solution), f"{task.module}::{symbol} differs between the two"
 
 
 @pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.stem)
 def test_stubs_hold_no_solution_logic(path):
     """Every function body is a docstring and one `raise NotImplementedError("Lesson NN, task M: ...")`
-    naming a task of this file that course.TASKS knows."""
+    naming a task of this file that course.TASKS knows, and the task covers that function."""
     tasks = {t.label: t for t in course.TASKS if t.module == path.stem}
     seen = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -53,7 +58,9 @@ def test_stubs_hold_no_solution_logic(path):
         assert isinstance(call, ast.Call) and call.func.id == "NotImplementedError", node.name
         message = call.args[0].value
         label = re.match(r"Lesson \d\d, task \d+", message).group(0)
-        assert label in tasks and tasks[label].symbol.split(".")[-1] == node.name, f"{node.name}: {message!r}"
+        assert label in tasks and node.name in {s.split(".")[-1] for s in tasks[label].symbols}, \
+            f"{node.name}: {message!r}"
+        assert course.stub_label(node) == label, f"course does not see {node.name} as a stub"
         seen.add(label)
     assert seen == set(tasks), f"tasks without a stub in {path.name}: {set(tasks) - seen}"
 
@@ -78,9 +85,15 @@ def test_every_exercise_test_fails_on_the_stubs_with_its_own_task(tmp_path):
     assert count and graded == {(t.lesson, t.number) for t in course.TASKS}, "a task has no test"
 
 
-def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys):
+@pytest.fixture
+def fresh_notes(monkeypatch):
+    """A process that has not said anything yet: the notes are once per process."""
+    monkeypatch.setattr(course, "_SAID", set())
+
+
+def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh_notes):
     stubs = course.lesson("lesson02_continuous", "exercises")
-    assert course.attempt(stubs.plan_admissions, [], 1, 16, 4, True) is None
+    assert course.attempt(stubs.admit_waiting, None, None) is None
     assert "not implemented yet: Lesson 02, task 2" in capsys.readouterr().out
     from minicb.engine import LLMEngine
 
@@ -93,11 +106,263 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys):
         engine.step()
         engine.scheduler.check_invariants()
     assert any(s.preempted for s in engine.trace.steps)
-    notes = capsys.readouterr().out
+    notes = capsys.readouterr().out.splitlines()
+    # lesson=None: every lesson whose parts the engine runs says once that the reference runs them all.
+    assert [line.split(" runs ")[0] for line in notes] == ["Lesson 02", "Lesson 03", "Lesson 04", "Lesson 06",
+                                                           "Lesson 07"], notes
     for task in course.TASKS:
-        if task.lesson in (2, 3, 4, 6):   # the parts this engine ran
-            assert notes.count(f"{task.label} ") == 1, f"expected one fallback note for {task.label}:\n{notes}"
-    assert "Meanwhile the engine runs the reference" in notes
+        if task.symbol != "paged_decode_attention" and task.symbol != "slo_config":
+            assert f"(not written yet: the reference runs; write it, then: {task.command})" in "\n".join(notes)
+    course.parts("exercises")
+    assert capsys.readouterr().out == "", "a second engine repeated the notes"
+
+
+# Fake lessons for the seam's mechanism, independent of the real engine and stubs: each written function
+# returns ("mine", x), each reference ("reference", x).
+FAKE_LESSONS = {
+    "lesson02_continuous": '''
+def schedule_running(x):
+    return ("mine", x)
+
+
+def admit_waiting(x):
+    """Start waiting requests."""
+    raise NotImplementedError("Lesson 02, task 2: admit_waiting: start waiting requests. Check it with: ...")
+''',
+    "lesson03_selective": '''
+def build_flat_batch(x):
+    if x > 0:
+        return ("mine", x)
+    raise NotImplementedError("Lesson 03, task 1: build_flat_batch: the flat batch the model runs on. Check ...")
+''',
+    "lesson04_paged_kv": '''
+class PagedAllocator:
+    def __init__(self):
+        self.free_blocks, self.tables = [0, 1, 2, 3], {}
+
+    def can_allocate(self, n):
+        return ("mine", n)
+
+    def allocate(self, seq_id, n):
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.allocate: blocks for a new sequence.")
+
+    def can_append(self, seq_id):
+        raise NotImplementedError("Lesson 04, task 2: PagedAllocator.append_slots: a new block only when ...")
+
+    def append_slots(self, seq_id):
+        return ("mine", seq_id)
+
+    def free(self, seq_id):
+        raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back.")
+''',
+    "lesson06_preemption": '''
+def make_room(x):
+    return ("mine", x)
+
+
+def should_swap(x):
+    return ("mine", x)
+''',
+    "lesson07_slo": '''
+def chunk_size(x):
+    raise NotImplementedError("Lesson 07, task 1: chunk_size: how many of a request's tokens run this step.")
+''',
+}
+
+
+class ReferenceAllocator:
+    """Works on the fake PagedAllocator's state, as minicb's works on a learner's."""
+
+    def can_allocate(self, n):
+        return ("reference", n)
+
+    def allocate(self, seq_id, n):
+        self.tables[seq_id] = [self.free_blocks.pop(0) for _ in range(n)]
+        return self.tables[seq_id]
+
+    def can_append(self, seq_id):
+        return ("reference", seq_id)
+
+    def append_slots(self, seq_id):
+        return ("reference", seq_id)
+
+    def free(self, seq_id):
+        self.free_blocks += self.tables.pop(seq_id)
+
+
+def reference(name):
+    def part(x):
+        return ("reference", x)
+    part.__name__ = name
+    return part
+
+
+def fake_parts(**plugged) -> types.SimpleNamespace:
+    """EngineParts' shape, the fake references its defaults."""
+    defaults = {name: reference(name) for name in course.FUNCTION_PARTS}
+    return types.SimpleNamespace(**{**defaults, "allocator": ReferenceAllocator, **plugged})
+
+
+@pytest.fixture
+def fake_course(tmp_path, monkeypatch, fresh_notes):
+    """course.parts() over FAKE_LESSONS (real files, so their source can be read) and fake_parts."""
+    modules = {}
+    for name, source in FAKE_LESSONS.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(f"fake_{name}", path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    monkeypatch.setattr(course, "_module", lambda module, which: modules[module])
+    monkeypatch.setattr(course, "EngineParts", fake_parts)
+    return modules
+
+
+def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
+    parts = course.parts("exercises", lesson=2)
+    assert capsys.readouterr().out == (
+        "Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), admit_waiting (not written "
+        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson02_task2)\n")
+    assert parts.schedule_running(1) == ("mine", 1) and parts.admit_waiting(1) == ("reference", 1)
+    assert parts.chunk_size(1) == ("reference", 1)   # lesson 07's stub: replaced, and not a word about it
+    course.parts("exercises", lesson=2)
+    course.parts("solutions", lesson=6)   # the reference is nobody's work to report on
+    assert capsys.readouterr().out == ""
+    course.parts("exercises", lesson=6)
+    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: make_room (yours), "
+                                       "should_swap (yours)\n")
+
+
+def test_your_allocator_runs_the_references_methods_where_yours_are_stubs(fake_course, capsys):
+    allocator = course.parts("exercises", lesson=4).allocator
+    note = capsys.readouterr().out
+    assert note.startswith("Lesson 04 runs exercises/lesson04_paged_kv.py: PagedAllocator.allocate (not written "
+                           "yet: the reference runs; write it, then: pytest tests/exercises -k lesson04_task1), "
+                           "PagedAllocator.can_allocate (yours), PagedAllocator.append_slots (yours), "
+                           "PagedAllocator.can_append (not written yet"), note
+    pool = allocator()
+    assert isinstance(pool, fake_course["lesson04_paged_kv"].PagedAllocator)
+    assert pool.allocate("a", 3) == [0, 1, 2] and pool.free_blocks == [3]    # the reference, on your state
+    assert pool.can_allocate(1) == ("mine", 1) and pool.append_slots("a") == ("mine", "a")
+    assert pool.can_append("a") == ("reference", "a")
+    pool.free("a")
+    assert sorted(pool.free_blocks) == [0, 1, 2, 3] and not pool.tables
+
+
+def test_a_written_part_that_still_raises_its_stub_error_falls_back_saying_so(fake_course, capsys):
+    parts = course.parts("exercises", lesson=3)
+    assert capsys.readouterr().out.endswith("build_flat_batch (yours)\n")
+    assert parts.build_flat_batch(1) == ("mine", 1)
+    assert parts.build_flat_batch(0) == ("reference", 0)
+    assert parts.build_flat_batch(1) == ("reference", 1)   # from then on
+    assert capsys.readouterr().out == ("not implemented yet: Lesson 03, task 1 (the flat batch the model runs on): "
+                                       "write exercises/lesson03_selective.py::build_flat_batch, then check it "
+                                       "with: pytest tests/exercises -k lesson03_task1. Meanwhile the engine runs "
+                                       "the reference.\n")
+    quiet = course.parts("exercises", lesson=2).build_flat_batch   # lesson 03's business, not lesson 02's
+    capsys.readouterr()
+    assert quiet(0) == ("reference", 0) and capsys.readouterr().out == ""
+
+
+def test_the_checkout_is_found_from_the_working_directory(tmp_path):
+    for name in ("exercises", "solutions", "minicb", "notebooks"):
+        (tmp_path / name).mkdir()
+    assert course.find_repo_root(tmp_path / "notebooks") == tmp_path
+    assert course.find_repo_root(tmp_path / "minicb") == tmp_path
+    (tmp_path / "solutions").rmdir()
+    assert course.find_repo_root(tmp_path / "notebooks") == Path(course.__file__).resolve().parent.parent
+
+
+def test_a_notebook_grades_its_own_checkout_not_the_installed_one(tmp_path):
+    """minicb importable from this checkout (as an editable install makes it, exercises/ included), the
+    notebook in another: lesson() loads the other's exercises/."""
+    for name in ("exercises", "solutions"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / "minicb").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "exercises" / "lesson02_continuous.py").write_text("WHERE = 'the notebook'\n")
+    path = [str(course.REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    script = "from minicb import course; print(course.lesson('lesson02_continuous', 'exercises').WHERE)"
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "notebooks", env=env,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout == "the notebook\n", done.stderr
+
+
+def test_exercises_imported_from_another_checkout_are_refused(monkeypatch, tmp_path):
+    other = types.ModuleType("exercises")
+    other.__path__ = [str(tmp_path / "exercises")]
+    monkeypatch.setitem(sys.modules, "exercises", other)
+    with pytest.raises(ImportError, match="already imported from .*restart the kernel"):
+        course.lesson("lesson02_continuous", "exercises")
+
+
+def test_progress_lists_every_task_of_the_untouched_stubs_with_its_command(capsys):
+    assert main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert "checking" not in out, f"an exercise in the checkout is not its stub any more:\n{out}"
+    for task in course.TASKS:
+        line = next(line for line in out.splitlines() if line.endswith(task.command))
+        assert f"task {task.number}  {task.symbol} " in line and " not started " in line, line
+    assert out.endswith(f"\n0 of {len(course.TASKS)} tasks done\n")
+
+
+# A checkout where lesson 02's task 1 is written and passes, its task 2 is untouched, lesson 03's task
+# is written and fails, lesson 06's file does not import, and lesson 07's chunk_size is written but its
+# test skips. Its tests stand in for tests/exercises: what they check is not the point here.
+FAKE_CHECKOUT = {
+    "exercises/__init__.py": "",
+    "exercises/lesson02_continuous.py": FAKE_LESSONS["lesson02_continuous"],
+    "exercises/lesson03_selective.py": FAKE_LESSONS["lesson03_selective"],
+    "exercises/lesson06_preemption.py": "def make_room(x:\n",
+    "exercises/lesson07_slo.py": '''
+def chunk_size(x):
+    return x
+
+
+def slo_config():
+    raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO.")
+''',
+    "tests/exercises/test_fakes.py": '''
+import pytest
+
+
+def test_lesson02_task1_passes():
+    pass
+
+
+def test_lesson02_task2_never_runs():
+    raise AssertionError("an untouched stub's tests need not run")
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_lesson03_task1_fails(x):
+    assert x == 1, "wrong batch"
+
+
+def test_lesson07_task1_skips():
+    pytest.skip("needs a GPU")
+''',
+    "tests/exercises/test_lesson06.py": "import exercises.lesson06_preemption\n\n\ndef test_lesson06_task1_x():\n"
+                                        "    pass\n",
+}
+
+
+def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
+    for name, text in FAKE_CHECKOUT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    results = progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
+    assert [(r.task.label, r.state) for r in results] == [
+        ("Lesson 02, task 1", "done"), ("Lesson 02, task 2", "not started"), ("Lesson 03, task 1", "failing"),
+        ("Lesson 06, task 1", "failing"), ("Lesson 06, task 2", "failing"), ("Lesson 07, task 1", "not checked"),
+        ("Lesson 07, task 2", "not started")]
+    assert "wrong batch" in results[2].why and results[3].why.startswith("none of its tests ran")
+    assert "needs a GPU" in results[5].why
+    out = progress.render(results)
+    assert "  task 1  build_flat_batch" in out and "pytest tests/exercises -k lesson03_task1  (AssertionError" in out
+    assert out.endswith("\n1 of 7 tasks done")
 
 
 def test_an_unknown_impl_is_refused(monkeypatch):

@@ -1,10 +1,14 @@
-"""Static checks of the course notebooks (fast; nothing is executed here).
+"""Static checks of the course notebooks as stored (fast; nothing is executed here).
 
-The execution check is nbval (`pytest --nbval notebooks/`, with MINICB_IMPL=solutions), and
-`python tools/check_notebooks.py` compares fresh outputs with the stored ones. These tests make
-sure the notebooks are stored the way those checks and GitHub readers need them: every code cell
-has its outputs saved, and every cell whose output depends on the machine (timings, versions,
-widgets) starts with `# NBVAL_IGNORE_OUTPUT` so that nbval does not compare it.
+Executing them is the job of nbval (`make test` runs `pytest tests notebooks --nbval --nbval-current-env`
+with MINICB_IMPL=solutions) and of `python tools/check_notebooks.py`, which compares fresh outputs with
+the stored ones. These tests check the stored files those runs and GitHub readers rely on:
+- every code cell was run and stored (it has an execution count), and none stored an error;
+- every cell that shows machine-dependent output (the clock, latencies, versions, the platform) or a
+  widget starts with `# NBVAL_IGNORE_OUTPUT`, so that nbval does not compare it;
+- every lesson has its title, "What you will learn", "What to remember", a recap of the lesson before
+  (but lesson 00), a "**Next:**" line, and links only to notebooks that exist;
+- every exercise a lesson names (`exercises/lessonNN_topic.py::symbol`) comes with its check command.
 """
 from __future__ import annotations
 

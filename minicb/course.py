@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from minicb.block_manager import BlockManager
+from minicb.block_manager import PagedAllocator
 from minicb.engine import LLM, LLMEngine
 from minicb.parts import EngineParts
 
@@ -53,9 +53,10 @@ TASKS = [
     Task(2, 1, "lesson02_continuous", "requests_that_leave", "the running requests that leave the batch now"),
     Task(2, 2, "lesson02_continuous", "plan_admissions", "which waiting requests start this step"),
     Task(3, 1, "lesson03_selective", "build_flat_batch", "the flat batch the model runs on"),
-    Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate", "blocks for a new sequence"),
-    Task(4, 2, "lesson04_paged_kv", "PagedAllocator.append_slots", "a new block only when the last one is full"),
-    Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back"),
+    Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate", "blocks for a new sequence (with can_allocate)"),
+    Task(4, 2, "lesson04_paged_kv", "PagedAllocator.append_slots",
+         "a new block only when the last one is full (with can_append)"),
+    Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back, on the device or in the swap pool"),
     Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
     Task(6, 1, "lesson06_preemption", "choose_victim", "the running request that gives way"),
     Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
@@ -103,10 +104,12 @@ def attempt(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return None
 
 
-def with_fallback(mine: Callable, reference: Callable) -> Callable:
-    """Your part while it works; the reference, with a note printed once, while it is a stub."""
+def with_fallback(mine: Callable, reference: Callable, noted: set[str] | None = None) -> Callable:
+    """Your part while it works; the reference, with a note printed once, while it is a stub.
+    noted: the task labels already announced, shared by parts of one task so it is named once."""
     if mine == reference:   # the reference itself (a bound classmethod is a new object at each access)
         return mine
+    noted = set() if noted is None else noted
     fell_back = False
 
     @functools.wraps(mine)
@@ -119,16 +122,22 @@ def with_fallback(mine: Callable, reference: Callable) -> Callable:
                 if not is_stub_error(error):
                     raise
                 fell_back = True
-                print(f"{not_yet(error)}. Meanwhile the engine runs the reference.")
+                label = str(error).split(":")[0]
+                if label not in noted:
+                    noted.add(label)
+                    print(f"{not_yet(error)}. Meanwhile the engine runs the reference.")
         return reference(*args, **kwargs)
     return part
 
 
-def allocator_class(mine: type[BlockManager]) -> type[BlockManager]:
-    if mine is BlockManager:
+def allocator_class(mine: type) -> type:
+    """Your PagedAllocator, each lesson method falling back to minicb's while it is a stub (minicb's
+    methods use only the state your __init__ sets, which is the same)."""
+    if mine is PagedAllocator:
         return mine
-    methods = {name: with_fallback(getattr(mine, name), getattr(BlockManager, name))
-               for name in ("allocate", "append_slots", "free")}
+    noted: set[str] = set()   # can_allocate and allocate are one task: one note
+    methods = {name: with_fallback(getattr(mine, name), getattr(PagedAllocator, name), noted)
+               for name in ("can_allocate", "allocate", "can_append", "append_slots", "free")}
     return type(mine.__name__, (mine,), methods)
 
 
@@ -147,7 +156,7 @@ def parts(which: str | None = None, decode_kernel: bool = False) -> EngineParts:
         requests_that_leave=with_fallback(l02.requests_that_leave, reference.requests_that_leave),
         plan_admissions=with_fallback(l02.plan_admissions, reference.plan_admissions),
         build_flat_batch=with_fallback(l03.build_flat_batch, reference.build_flat_batch),
-        block_manager=allocator_class(l04.PagedAllocator),
+        allocator=allocator_class(l04.PagedAllocator),
         paged_decode_attention=decode,
         choose_victim=with_fallback(l06.choose_victim, reference.choose_victim),
         should_swap=with_fallback(l06.should_swap, reference.should_swap))

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minicb.batch import sequence_chunks
+from minicb.block_manager import BlockManager
 from minicb.checks import is_int
 from minicb.config import EngineConfig
 from minicb.detokenize import new_text
@@ -110,8 +111,8 @@ class LLMEngine:
                           f"less than one sequence of max_model_len={self.max_model_len}: longer requests stop "
                           "early with finish_reason 'length'. Raise num_blocks or kv_cache_memory_mb, or set "
                           f"max_model_len <= {self.max_seq_tokens}", PoolTooSmallWarning, stacklevel=3)
-        self.block_manager = parts.block_manager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
-                                                 num_swap_blocks)
+        self.block_manager = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len,
+                                          num_swap_blocks, allocator=parts.allocator)
         cost = c.preemption_cost
         if c.preemption_mode == "auto" and cost is None:
             cost = measure_preemption_cost(self.runner) if not c.simulate else simulated_preemption_cost(c)

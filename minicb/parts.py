@@ -7,7 +7,7 @@ reference), and the engine runs whatever it is given, so a lesson's cells run yo
     lesson 02  requests_that_leave(running) -> the requests that leave this step
                plan_admissions(queue, free_seats, token_budget, free_blocks, step_is_empty) -> ids to start
     lesson 03  build_flat_batch(chunks, block_size, device) -> FlatBatch
-    lesson 04  block_manager: a BlockManager class whose allocate / append_slots / free you wrote
+    lesson 04  allocator: a PagedAllocator class whose allocate / append_slots / free you wrote
     lesson 05  paged_decode_attention(q, k_cache, v_cache, seq_lens, block_tables, max_seq_len, scale)
                -> (B, H, hd): the triton backend's decode kernel (None: minicb_kernels')
     lesson 06  choose_victim(running) -> the request that gives way under memory pressure
@@ -20,8 +20,8 @@ from typing import Callable
 
 import torch
 
-from minicb.batch import FlatBatch
-from minicb.block_manager import BlockManager
+from minicb.batch import FlatBatch, build_flat_batch
+from minicb.block_manager import PagedAllocator
 from minicb.request import Request
 from minicb.scheduler.continuous import plan_admissions, requests_that_leave
 from minicb.scheduler.policy import PreemptionCost, should_swap, victim
@@ -31,8 +31,8 @@ from minicb.scheduler.policy import PreemptionCost, should_swap, victim
 class EngineParts:
     requests_that_leave: Callable[[list[Request]], list[Request]] = requests_that_leave
     plan_admissions: Callable[..., list[str]] = plan_admissions
-    build_flat_batch: Callable[..., FlatBatch] = FlatBatch.build
-    block_manager: type[BlockManager] = BlockManager
+    build_flat_batch: Callable[..., FlatBatch] = build_flat_batch
+    allocator: type = PagedAllocator
     paged_decode_attention: Callable[..., torch.Tensor] | None = None
     choose_victim: Callable[[list[Request]], Request] = victim
     should_swap: Callable[[PreemptionCost, int], bool] = should_swap

@@ -2,7 +2,9 @@
 
 The cache is a pool of fixed-size blocks (block_size token slots each). A sequence holds a block
 table, the list of its blocks in order; token i of the sequence lives in slot i % block_size of
-block table[i // block_size]. Two ways to hand out blocks, which lesson 04 compares:
+block table[i // block_size]. PagedAllocator (lesson 04) hands blocks out and takes them back;
+BlockManager is the scheduler's view over one allocator: how much to reserve, truncation, swapping
+and inspection. Two ways to reserve, which lesson 04 compares:
 
 - "contiguous": reserve room for max_model_len tokens when a sequence starts, as servers did
   before paging. Simple, and most of it sits empty for most of the sequence's life.
@@ -14,7 +16,7 @@ memory pressure (lesson 06); swap_out/swap_in return the (from, to) block pairs 
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 
@@ -37,63 +39,129 @@ class NoFreeBlocks(RuntimeError):
     pass
 
 
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold num_tokens tokens: ceil(num_tokens / block_size)."""
+    return -(-num_tokens // block_size)
+
+
+class PagedAllocator:
+    """Lesson 04's reference: device blocks for sequences, taken from a free list only as tokens need
+    them. Its methods use nothing but the state set in __init__ (and blocks_for), so they also run
+    on a learner's allocator that keeps the same state."""
+
+    def __init__(self, num_blocks: int, block_size: int, num_swap_blocks: int = 0):
+        self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
+        self.free_blocks: deque[int] = deque(range(num_blocks))   # take from the left, give back on the right
+        self.ref_counts = [0] * num_blocks           # 1 while a sequence holds the block, 0 while it is free
+        self.tables: dict[str, list[int]] = {}       # sequence -> its device blocks, in order
+        self.num_tokens: dict[str, int] = {}         # tokens each sequence holds slots for, swapped ones too
+        self.free_swap_blocks: deque[int] = deque(range(num_swap_blocks))
+        self.swapped: dict[str, list[int]] = {}      # swapped-out sequence -> its CPU blocks, in order
+
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
+        """Whether allocate(_, num_tokens, reserve_tokens) would succeed and leave keep_free blocks free."""
+        return blocks_for(max(num_tokens, reserve_tokens), self.block_size) + keep_free <= len(self.free_blocks)
+
+    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
+        """Start seq_id's table with slots for num_tokens and room for at least reserve_tokens."""
+        if seq_id in self.tables or seq_id in self.swapped:
+            raise ValueError(f"sequence {seq_id!r} already has blocks")
+        needed = blocks_for(max(num_tokens, reserve_tokens), self.block_size)
+        if needed > len(self.free_blocks):   # checked before taking any: a failed allocate takes nothing
+            raise NoFreeBlocks(f"{seq_id!r} needs {needed} blocks, {len(self.free_blocks)} free")
+        table = [self.free_blocks.popleft() for _ in range(needed)]
+        for block in table:
+            self.ref_counts[block] += 1
+        self.tables[seq_id], self.num_tokens[seq_id] = table, num_tokens
+        return table
+
+    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        """Whether append_slots(seq_id, num_new_tokens) would succeed and leave keep_free blocks free."""
+        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id])
+        return max(0, needed) + keep_free <= len(self.free_blocks)
+
+    def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
+        """Make room for num_new_tokens more tokens; a new block only when the last one is full."""
+        table = self.tables[seq_id]
+        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(table)
+        if needed > len(self.free_blocks):   # checked before taking any: a failed append takes nothing
+            raise NoFreeBlocks(f"{seq_id!r} needs {needed} more blocks, {len(self.free_blocks)} free")
+        for _ in range(needed):   # none while the last block has room (needed <= 0)
+            table.append(self.free_blocks.popleft())
+            self.ref_counts[table[-1]] += 1
+        self.num_tokens[seq_id] += num_new_tokens
+        return table
+
+    def free(self, seq_id: str) -> None:
+        """Give back everything seq_id holds, on the device or in the swap pool, and forget it."""
+        if seq_id in self.swapped:   # a swapped-out sequence holds CPU blocks and no device block
+            self.free_swap_blocks.extend(self.swapped.pop(seq_id))
+        else:
+            for block in self.tables.pop(seq_id):
+                self.ref_counts[block] -= 1
+                if self.ref_counts[block] == 0:
+                    self.free_blocks.append(block)
+        del self.num_tokens[seq_id]
+
+
+def allocator_state(name: str) -> property:
+    """The allocator's attribute `name`, read through the BlockManager (it holds no state of its own)."""
+    return property(lambda self: getattr(self.allocator, name))
+
+
 class BlockManager:
+    """The scheduler's view of the pool: a reservation policy over one allocator (PagedAllocator or a
+    learner's), plus what the allocator leaves out: truncating a victim, swapping, and inspection."""
+    free_blocks = allocator_state("free_blocks")
+    ref_counts = allocator_state("ref_counts")
+    tables = allocator_state("tables")
+    num_tokens = allocator_state("num_tokens")
+    free_swap_blocks = allocator_state("free_swap_blocks")
+    swapped = allocator_state("swapped")
+
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
-                 max_model_len: int | None = None, num_swap_blocks: int = 0, allocator=None):
+                 max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
             raise ValueError("contiguous reservation needs max_model_len: it reserves that much per sequence")
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
         self.reservation, self.max_model_len = reservation, max_model_len
-        self.free_blocks: deque[int] = deque(range(num_blocks))
-        self.ref_counts = [0] * num_blocks
-        self.tables: dict[str, list[int]] = {}
-        self.num_tokens: dict[str, int] = {}   # tokens each sequence has K/V slots for
-        self.num_swap_blocks = num_swap_blocks
-        self.free_swap_blocks: deque[int] = deque(range(num_swap_blocks))
-        self.swapped: dict[str, list[int]] = {}   # swapped-out sequence -> its CPU blocks, in order
+        self.allocator = allocator(num_blocks, block_size, num_swap_blocks)
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+    def _reserve(self, reserve_tokens: int) -> int:
+        """Tokens to reserve room for: contiguous reservation asks for max_model_len every time."""
+        return max(reserve_tokens, self.max_model_len) if self.reservation == "contiguous" else reserve_tokens
 
     def blocks_to_reserve(self, num_tokens: int, reserve_tokens: int) -> int:
-        if self.reservation == "contiguous":
-            reserve_tokens = max(reserve_tokens, self.max_model_len)
-        return self.blocks_for(max(num_tokens, reserve_tokens))
+        return blocks_for(max(num_tokens, self._reserve(reserve_tokens)), self.block_size)
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
-        return self.blocks_to_reserve(num_tokens, reserve_tokens) + keep_free <= len(self.free_blocks)
+        return self.allocator.can_allocate(num_tokens, self._reserve(reserve_tokens), keep_free)
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
         """Start a sequence's table with slots for num_tokens, and room for at least reserve_tokens
         (static batching reserves prompt + max_tokens) or max_model_len (contiguous reservation)."""
-        if seq_id in self.tables:
-            raise ValueError(f"sequence {seq_id!r} already has blocks")
-        needed = self.blocks_to_reserve(num_tokens, reserve_tokens)
-        if needed > len(self.free_blocks):
-            raise NoFreeBlocks(f"{seq_id!r} needs {needed} blocks, {len(self.free_blocks)} free")
-        self.tables[seq_id] = [self._take() for _ in range(needed)]
-        self.num_tokens[seq_id] = num_tokens
-        return self.tables[seq_id]
+        return self.allocator.allocate(seq_id, num_tokens, self._reserve(reserve_tokens))
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
-        return self.new_blocks_needed(seq_id, num_new_tokens) + keep_free <= len(self.free_blocks)
+        return self.allocator.can_append(seq_id, num_new_tokens, keep_free)
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
-        """Make room for num_new_tokens more tokens; a new block only when the last one is full."""
-        missing = self.new_blocks_needed(seq_id, num_new_tokens)
-        if missing > len(self.free_blocks):
-            raise NoFreeBlocks(f"{seq_id!r} needs {missing} more blocks, {len(self.free_blocks)} free")
-        self.tables[seq_id].extend(self._take() for _ in range(missing))
-        self.num_tokens[seq_id] += num_new_tokens
-        return self.tables[seq_id]
+        return self.allocator.append_slots(seq_id, num_new_tokens)
+
+    def free(self, seq_id: str) -> None:
+        self.allocator.free(seq_id)
+
+    def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
+        """Blocks the sequence must add to hold num_new_tokens more tokens."""
+        return max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id]))
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Shrink a sequence back to num_tokens slots (a victim gives back the slots of this step)."""
         self.num_tokens[seq_id] = num_tokens
         table = self.tables[seq_id]
-        while len(table) > max(1, self.blocks_for(num_tokens)):
+        while len(table) > max(1, blocks_for(num_tokens, self.block_size)):
             self._release(table.pop())
 
     def can_swap_out(self, seq_id: str) -> bool:
@@ -115,28 +183,18 @@ class BlockManager:
         """Room for the sequence's blocks and for its next num_new_tokens tokens, with keep_free
         blocks to spare."""
         blocks = len(self.swapped[seq_id])
-        growth = max(0, self.blocks_for(self.num_tokens[seq_id] + num_new_tokens) - blocks)
+        growth = max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - blocks)
         return blocks + growth + keep_free <= len(self.free_blocks)
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
         """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""
-        cpu = self.swapped.pop(seq_id)
+        cpu = self.swapped[seq_id]
         if len(cpu) > len(self.free_blocks):
-            self.swapped[seq_id] = cpu
             raise NoFreeBlocks(f"{seq_id!r} needs {len(cpu)} blocks to swap in, {len(self.free_blocks)} free")
+        del self.swapped[seq_id]
         self.tables[seq_id] = [self._take() for _ in cpu]
         self.free_swap_blocks.extend(cpu)
         return list(zip(cpu, self.tables[seq_id]))
-
-    def free(self, seq_id: str) -> None:
-        """Give back everything the sequence holds, on the device or in the swap pool."""
-        if seq_id in self.swapped:
-            self.free_swap_blocks.extend(self.swapped.pop(seq_id))
-            del self.num_tokens[seq_id]
-            return
-        for block in self.tables.pop(seq_id):
-            self._release(block)
-        del self.num_tokens[seq_id]
 
     def usage(self) -> BlockUsage:
         owned = self.num_blocks - len(self.free_blocks)
@@ -154,32 +212,50 @@ class BlockManager:
         return blocks
 
     def check_invariants(self) -> None:
-        """No block owned twice or both owned and free; owned + free is the whole pool; every
-        table covers its tokens. Raises AssertionError naming the first broken rule."""
-        owners: dict[int, int] = {}
-        for table in self.tables.values():
-            for block in table:
-                owners[block] = owners.get(block, 0) + 1
-        free = list(self.free_blocks)
-        assert len(set(free)) == len(free), "a block is on the free list twice"
-        assert not owners.keys() & set(free), "a block is both owned and free"
-        assert len(owners) + len(free) == self.num_blocks, "owned + free blocks != the pool"
-        for block, count in owners.items():
-            assert self.ref_counts[block] == count, f"block {block}: ref count != its {count} owners"
-        assert all(self.ref_counts[b] == 0 for b in free), "a free block has a non-zero ref count"
-        for seq_id, table in self.tables.items():
-            assert len(table) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r}'s table is too short"
-        swapped = [b for blocks in self.swapped.values() for b in blocks]
-        swap_free = list(self.free_swap_blocks)
-        assert len(set(swapped + swap_free)) == len(swapped) + len(swap_free) == self.num_swap_blocks, \
-            "swap blocks lost or held twice"
-        assert not self.swapped.keys() & self.tables.keys(), "a sequence is both on the device and swapped"
-        for seq_id, blocks in self.swapped.items():
-            assert len(blocks) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
-
-    def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
-        """Blocks the sequence must add to hold num_new_tokens more tokens."""
-        return max(0, self.blocks_for(self.num_tokens[seq_id] + num_new_tokens) - len(self.tables[seq_id]))
+        """Every rule the pool keeps, checked on the allocator's state. Raises AssertionError naming
+        the first broken rule, and what usually breaks it."""
+        tables, swapped, num_tokens = self.tables, self.swapped, self.num_tokens
+        held = Counter(block for table in tables.values() for block in table)
+        free = Counter(self.free_blocks)
+        twice = [block for block, n in free.items() if n > 1]
+        assert not twice, f"blocks {twice} are on the free list twice: is a block given back more than once?"
+        strays = sorted(b for b in held.keys() | free.keys() if not 0 <= b < self.num_blocks)
+        assert not strays, f"block ids {strays} are not in the pool of {self.num_blocks}"
+        both = sorted(held.keys() & free.keys())
+        assert not both, (f"blocks {both} are held and free at once: a block leaves the free list when "
+                          "taken and comes back only when no table lists it")
+        shared = sorted(block for block, n in held.items() if n > 1)
+        assert not shared, f"blocks {shared} are in two tables at once: a block taken must leave the free list"
+        lost = self.num_blocks - len(held) - len(free)
+        assert lost == 0, (f"blocks lost: {lost} of {self.num_blocks} are neither free nor held — does free "
+                           "give every block of the table back?")
+        assert len(self.ref_counts) == self.num_blocks, f"ref_counts needs one entry per block ({self.num_blocks})"
+        for block in range(self.num_blocks):
+            assert self.ref_counts[block] == held[block], (
+                f"block {block}: ref count {self.ref_counts[block]}, but {held[block]} table(s) list it: "
+                "taking a block adds 1, giving it back subtracts 1")
+        uncounted = sorted(tables.keys() - num_tokens.keys())
+        assert not uncounted, f"{uncounted[0]!r} has a table but no token count: allocate records num_tokens[seq_id]"
+        uncounted = sorted(swapped.keys() - num_tokens.keys())
+        assert not uncounted, (f"{uncounted[0]!r} is still in swapped but has no token count: does free give a "
+                               "swapped sequence's CPU blocks back and forget it in swapped?")
+        orphans = sorted(num_tokens.keys() - tables.keys() - swapped.keys())
+        assert not orphans, f"{orphans[0]!r} still has a token count but no blocks: free must forget it everywhere"
+        for seq_id, table in tables.items():
+            assert len(table) * self.block_size >= num_tokens[seq_id], (
+                f"{seq_id!r}'s table has {len(table) * self.block_size} slots for {num_tokens[seq_id]} tokens: "
+                "a sequence needs a new block whenever its last one is full")
+        both = sorted(swapped.keys() & tables.keys())
+        assert not both, f"{both} are on the device and swapped at once"
+        swap_held = Counter(block for blocks in swapped.values() for block in blocks)
+        swap_free = Counter(self.free_swap_blocks)
+        twice = sorted(b for b, n in (swap_held + swap_free).items() if n > 1)
+        assert not twice, f"swap blocks {twice} are held twice, or held and free at once"
+        lost = self.num_swap_blocks - len(swap_held) - len(swap_free)
+        assert lost == 0, (f"swap blocks lost: {lost} of {self.num_swap_blocks} are neither free nor held — does "
+                           "free give a swapped sequence's CPU blocks back?")
+        for seq_id, blocks in swapped.items():
+            assert len(blocks) * self.block_size >= num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
 
     def _release(self, block: int) -> None:
         self.ref_counts[block] -= 1
@@ -190,6 +266,3 @@ class BlockManager:
         block = self.free_blocks.popleft()
         self.ref_counts[block] += 1
         return block
-
-
-PagedAllocator = BlockManager   # TEMP until the lesson 04 split lands

@@ -69,7 +69,9 @@ class PreemptionCost:
         return float(hi)
 
 
-def simulated_preemption_cost(step: StepCost) -> PreemptionCost:
-    """The simulator's own prices: re-prefilling t tokens is one step of t tokens reading a context
-    of t (linear in t, as StepCost prices it), a swap is a copy each way."""
+def simulated_preemption_cost(step: StepCost | None = None) -> PreemptionCost:
+    """The simulator's own prices (step: its cost model, None the default one): re-prefilling t tokens
+    is one step of t tokens reading a context of t (linear in t, as StepCost prices it), a swap is a
+    copy each way."""
+    step = step or StepCost()
     return PreemptionCost(step.fixed, step.per_token + step.per_context_token, 0.0, 0.0, 2 * step.per_swapped_token)

@@ -213,9 +213,14 @@ def with_fallback(mine: Callable, reference: Callable, quiet: bool = False) -> C
 
 
 def _state(task: Task, stubs: list[str]) -> str:
-    """How a lesson's note shows the task's functions, `stubs` of them still stubs."""
-    return ", ".join(f"{s} (not written yet: the reference runs; write it, then: {task.command})" if s in stubs
-                     else f"{s} (yours)" for s in task.symbols)
+    """How a lesson's note shows the task's functions, `stubs` of them still stubs: one entry for what
+    is yours and one for what is not written yet, so a task of two functions is not announced twice."""
+    written = [s for s in task.symbols if s not in stubs]
+    shown = [f"{' and '.join(written)} (yours)"] if written else []
+    if stubs:
+        shown.append(f"{' and '.join(stubs)} (not written yet: the reference runs; write "
+                     f"{'it' if len(stubs) == 1 else 'them'}, then: {task.command})")
+    return ", ".join(shown)
 
 
 def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int | None = None) -> EngineParts:

@@ -1,7 +1,4 @@
-"""Lesson 03, the reference: minicb's own batch builder, FlatBatch.build in minicb/batch.py (with
-AttentionMetadata.build in minicb/attention/metadata.py for cu_seqlens_q, seq_lens and slot_mapping)."""
-from minicb.batch import FlatBatch
-
-build_flat_batch = FlatBatch.build
+"""Lesson 03, the reference: minicb's own batch builder, build_flat_batch in minicb/batch.py."""
+from minicb.batch import build_flat_batch
 
 __all__ = ["build_flat_batch"]

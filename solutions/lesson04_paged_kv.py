@@ -1,5 +1,5 @@
-"""Lesson 04, the reference: minicb's own allocator, BlockManager.allocate / append_slots / free in
-minicb/block_manager.py (which also handle the swap pool of lesson 06)."""
-from minicb.block_manager import BlockManager as PagedAllocator
+"""Lesson 04, the reference: minicb's own allocator, PagedAllocator in minicb/block_manager.py (its
+free also handles the swap pool of lesson 06)."""
+from minicb.block_manager import PagedAllocator
 
 __all__ = ["PagedAllocator"]

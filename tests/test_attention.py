@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from minicb.attention.metadata import AttentionMetadata
 from minicb.attention import BACKENDS
 from minicb.attention.torch_backend import paged_attention
+from minicb.batch import SequenceChunk, build_flat_batch
 
 
 def dense_causal_attention(q, k, v, scale):
@@ -48,21 +48,28 @@ def test_paged_attention_matches_dense(backend, block_size, heads, kv_heads):
         qs.append(torch.randn(new, heads, hd, generator=g))
         ks.append(k_all[cached:])
         vs.append(v_all[cached:])
-    meta = AttentionMetadata.build([n for _, n in shapes], [c + n for c, n in shapes], tables, block_size)
+    chunks = [SequenceChunk([0] * new, cached, table) for (cached, new), table in zip(shapes, tables)]
+    meta = build_flat_batch(chunks, block_size).attn
     out = BACKENDS[backend](torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta, scale=hd ** -0.5)
     want = torch.cat([dense_causal_attention(q, k, v, hd ** -0.5) for q, k, v in zip(qs, full_k, full_v)])
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
 
-def test_metadata_rejects_a_block_table_too_short():
+def test_batch_rejects_a_block_table_too_short_or_a_chunk_without_tokens():
     with pytest.raises(ValueError, match="cannot hold"):
-        AttentionMetadata.build([3], [20], [[0]], block_size=16)
+        build_flat_batch([SequenceChunk([1, 2, 3], 17, [0])], block_size=16)
+    with pytest.raises(ValueError, match="needs 1..seq_len new tokens"):
+        build_flat_batch([SequenceChunk([], 4, [0])], block_size=16)
+    with pytest.raises(ValueError, match="needs 1..seq_len new tokens"):
+        build_flat_batch([SequenceChunk([1], -1, [0])], block_size=16)
+    with pytest.raises(ValueError, match="at least one"):
+        build_flat_batch([], block_size=16)
 
 
 def test_slot_minus_one_is_not_written():
     k_cache = torch.zeros(2, 2, 1, 4)
     v_cache = torch.zeros_like(k_cache)
-    meta = AttentionMetadata.build([2], [2], [[1]], block_size=2)
+    meta = build_flat_batch([SequenceChunk([0, 0], 0, [1])], block_size=2).attn
     meta.slot_mapping[0] = -1  # a padding token
     k = torch.ones(2, 1, 4)
     paged_attention(torch.ones(2, 1, 4), k, k, k_cache, v_cache, meta, scale=0.5)

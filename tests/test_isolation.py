@@ -9,7 +9,7 @@ from minicb_kernels import paged_decode_attention, store_kv
 from test_attention import dense_causal_attention
 
 from minicb.attention import BACKENDS
-from minicb.attention.metadata import AttentionMetadata
+from minicb.batch import SequenceChunk, build_flat_batch
 from minicb.engine import LLMEngine
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
@@ -38,7 +38,8 @@ def batch_over_nan_garbage(shapes: list[tuple[int, int]]) -> tuple[tuple, torch.
         ks.append(k_all[cached:])
         vs.append(v_all[cached:])
         want.append(dense_causal_attention(qs[-1], k_all, v_all, hd ** -0.5))
-    meta = AttentionMetadata.build([n for _, n in shapes], [c + n for c, n in shapes], tables, block_size)
+    chunks = [SequenceChunk([0] * new, cached, table) for (cached, new), table in zip(shapes, tables)]
+    meta = build_flat_batch(chunks, block_size).attn
     return (torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta), torch.cat(want)
 
 

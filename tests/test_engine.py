@@ -171,3 +171,22 @@ def test_a_long_lived_engine_forgets_requests_once_returned():
         finished = [o.request_id for _ in range(20) for o in engine.step() if o.finished]
         assert sorted(finished) == sorted(ids)        # each result exactly once
         assert not engine.requests
+
+
+def test_generate_encodes_each_prompt_once():
+    llm = LLM(None, device="cpu", simulate=True)
+    calls = []
+    tokenizer = llm.engine.tokenizer
+
+    class Counting:
+        def __call__(self, text, **kwargs):
+            calls.append(text)
+            return tokenizer(text, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    llm.engine.tokenizer = Counting()
+    prompts = ["ROMEO.\n", "JULIET.\n", "ROMEO.\n"]
+    llm.generate(prompts, SamplingParams(max_tokens=2), use_tqdm=False)
+    assert calls == prompts, "each prompt goes through the tokenizer exactly once"

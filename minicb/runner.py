@@ -5,7 +5,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -65,6 +65,7 @@ def load_tokenizer(folder: Path):
         return AutoTokenizer.from_pretrained(str(folder))
 
 
+@runtime_checkable
 class Runner(Protocol):
     """What the engine needs of whatever runs a step. ModelRunner runs the network; the simulator's
     SimulatedRunner prices the step with a cost model. The engine cannot tell them apart."""

@@ -450,3 +450,14 @@ def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
     run_checked(engine)
     assert engine.trace.steps[1].swapped_out == ["low"] and any("low" in s.swapped_in for s in engine.trace.steps)
     assert engine.seen["low"].status is RequestStatus.FINISHED_LENGTH
+
+
+@pytest.mark.parametrize("batching", ["static", "padded", "continuous"])
+def test_the_engine_talks_to_protocols_that_both_schedulers_and_both_runners_meet(batching):
+    from minicb.runner import Runner
+    from minicb.scheduler import Scheduler
+
+    for simulate in (True, False):
+        engine = LLMEngine(device="cpu", simulate=simulate, batching=batching, num_blocks=16)
+        assert isinstance(engine.scheduler, Scheduler) and isinstance(engine.runner, Runner)
+        assert not hasattr(engine, "block_manager"), "the engine reaches the KV pool only through its scheduler"

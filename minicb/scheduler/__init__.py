@@ -7,7 +7,7 @@ its finished states change in update_from_output (and in preemption, abort and r
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from minicb.block_manager import BlockManager, BlockUsage
 from minicb.request import Request
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from minicb.output import OutputProcessor
 
 
+@runtime_checkable
 class Scheduler(Protocol):
     streams_tokens: bool   # whether new tokens go back every step, or only with the result
 

@@ -2,6 +2,7 @@
 aborts, and the KV pool they own."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from minicb.output import OutputProcessor
 
 
-class SchedulerBase:
+class SchedulerBase(ABC):
     def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor):
         self.config, self.kv, self.outputs = config, kv, outputs
         self.waiting: deque[Request] = deque()
@@ -22,16 +23,16 @@ class SchedulerBase:
         """KV slots a request must reserve to start, beyond its prompt."""
         return 0
 
+    @abstractmethod
     def holding_kv(self) -> list[Request]:
         """The requests that hold KV blocks (on the device or swapped out)."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def _drop(self, request: Request) -> None:
+        """Take an unfinished request out of wherever it is, freeing what it holds."""
 
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
-
-    def _drop(self, request: Request) -> None:
-        """Take an unfinished request out of wherever it is, freeing what it holds."""
-        raise NotImplementedError
 
     @property
     def num_waiting(self) -> int:

@@ -17,16 +17,14 @@ import torch
 
 from minicb.batch import sequence_chunks
 from minicb.block_manager import BlockManager
-from minicb.checks import is_int
 from minicb.config import EngineConfig
-from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.loader import resolve_model_path
 from minicb.model.config import read_model_config
 from minicb.output import OutputProcessor
 from minicb.parts import EngineParts
-from minicb.prompts import Prompt, encode_prompt, prompt_text
+from minicb.prompts import Prompt, check_params_and_priority, encode_prompt, prompt_text
 from minicb.request import Request, RequestMetrics, RequestOutput
-from minicb.runner import ModelRunner, Runner, measure_preemption_cost, resolve_device, resolve_dtype
+from minicb.runner import ModelRunner, Runner, preemption_cost_for, resolve_device, resolve_dtype
 from minicb.sampling import SamplingParams, make_generator, sample
 from minicb.scheduler import build_scheduler
 from minicb.scheduler.output import SchedulerOutput
@@ -74,20 +72,13 @@ class LLMEngine:
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         outputs = OutputProcessor(self.tokenizer, self.runner.config.eos_token_ids, self.max_model_len,
                                   max_seq_tokens, detokenize=not c.simulate)
-        self.scheduler = build_scheduler(c, kv, parts, outputs, self._preemption_cost())
+        self.scheduler = build_scheduler(c, kv, parts, outputs, preemption_cost_for(c, self.runner))
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
         self._next_id = 0
         self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
         self.clock = self.runner.clock
-
-    def _preemption_cost(self) -> PreemptionCost | None:
-        """The "auto" mode's prices: given, or measured on this device (the simulator knows its own)."""
-        c = self.config
-        if c.preemption_mode != "auto" or c.preemption_cost is not None:
-            return c.preemption_cost
-        return simulated_preemption_cost(c.step_cost) if c.simulate else measure_preemption_cost(self.runner)
 
     # --- requests in -------------------------------------------------------------------------
 
@@ -99,16 +90,7 @@ class LLMEngine:
                      arrival_time: float | None = None, priority: int = 0) -> Request:
         """Validate everything about a request and build it, without queueing it: a caller with many
         requests builds them all first, so one bad request queues none."""
-        if params is None:
-            params = SamplingParams()
-        elif not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}; "
-                             "for a dict d, pass SamplingParams(**d)")
-        if not is_int(priority):
-            raise ValueError(f"priority={priority!r} is invalid: use an integer (lower is served first)")
-        if priority != 0 and self.config.scheduling_policy != "priority":
-            raise ValueError(f"priority={priority} has no effect under scheduling_policy="
-                             f"{self.config.scheduling_policy!r}; set scheduling_policy='priority', or leave it 0")
+        params = check_params_and_priority(params, priority, self.config.scheduling_policy)
         ids = self.encode(prompt)
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
@@ -170,11 +152,7 @@ class LLMEngine:
             return self._finish_step(out, {}, start, start, outputs, context_tokens=None)
         batch = self.parts.build_flat_batch(sequence_chunks(out), self.config.block_size, self.runner.device)
         logits = self.runner.execute(batch)
-        due = [c.request for c in out.chunks if c.completes_known_tokens]
-        finite = torch.isfinite(logits).all(dim=-1)   # a request with NaN logits fails alone
-        tokens = iter(sample(logits[finite], [r.params for r, ok in zip(due, finite.tolist()) if ok],
-                             [r.generator for r, ok in zip(due, finite.tolist()) if ok]))
-        sampled = {r: next(tokens) if ok else None for r, ok in zip(due, finite.tolist())}
+        sampled = self._sample([c.request for c in out.chunks if c.completes_known_tokens], logits)
         for chunk in out.chunks:
             if chunk.request.metrics.scheduled_time is None:
                 chunk.request.metrics.scheduled_time = start
@@ -204,6 +182,15 @@ class LLMEngine:
             if output.finished:
                 del self.requests[output.request_id]
         return outputs
+
+    @staticmethod
+    def _sample(due: list[Request], logits: torch.Tensor) -> dict[Request, int | None]:
+        """A token for each request due one; a request whose logits are not finite gets None and fails
+        alone, while everyone else in the batch carries on."""
+        finite = torch.isfinite(logits).all(dim=-1)   # (B',)
+        ok = [r for r, f in zip(due, finite.tolist()) if f]
+        tokens = iter(sample(logits[finite], [r.params for r in ok], [r.generator for r in ok]))
+        return {r: next(tokens) if f else None for r, f in zip(due, finite.tolist())}
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from minicb.checks import is_int
+from minicb.sampling import SamplingParams
 
 Prompt = Union[str, list[int], dict]
 
@@ -57,3 +58,19 @@ def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len
         raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {max_model_len} "
                          f"(max_model_len), prompt and output together; shorten the prompt")
     return list(ids)
+
+
+def check_params_and_priority(params: SamplingParams | None, priority: int, policy: str) -> SamplingParams:
+    """The request's sampling params (None: the defaults), with a clear error for a wrong type or a
+    priority the scheduling policy would silently ignore."""
+    if params is None:
+        params = SamplingParams()
+    elif not isinstance(params, SamplingParams):
+        raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}; "
+                         "for a dict d, pass SamplingParams(**d)")
+    if not is_int(priority):
+        raise ValueError(f"priority={priority!r} is invalid: use an integer (lower is served first)")
+    if priority != 0 and policy != "priority":
+        raise ValueError(f"priority={priority} has no effect under scheduling_policy={policy!r}; "
+                         "set scheduling_policy='priority', or leave it 0")
+    return params

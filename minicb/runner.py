@@ -11,7 +11,8 @@ import torch
 
 from minicb.attention import select_backend
 from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
-from minicb.costs import PreemptionCost
+from minicb.config import EngineConfig
+from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
 
@@ -125,6 +126,14 @@ class ModelRunner:
         """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
         hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])
+
+
+def preemption_cost_for(config: EngineConfig, runner: Runner) -> PreemptionCost | None:
+    """The "auto" mode's prices for an EngineConfig: given, or measured on the runner's device (the
+    simulator knows its own); None when the mode is not "auto" and none was given."""
+    if config.preemption_mode != "auto" or config.preemption_cost is not None:
+        return config.preemption_cost
+    return simulated_preemption_cost(config.step_cost) if config.simulate else measure_preemption_cost(runner)
 
 
 def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:

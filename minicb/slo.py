@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from minicb.engine import LLMEngine
 from minicb.metrics import summarize
+from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 
@@ -52,9 +53,10 @@ def slo_workload(n: int = 400, rate: float = 40.0, long_every: int = 10, seed: i
 
 
 def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[WorkloadRequest] | None = None,
-              num_blocks: int = 2048) -> SloReport:
-    """Run the workload on the simulator with these EngineConfig overrides and judge the result."""
-    engine = LLMEngine(device="cpu", simulate=True, num_blocks=num_blocks, **config)
+              num_blocks: int = 2048, parts: EngineParts | None = None) -> SloReport:
+    """Run the workload on the simulator with these EngineConfig overrides and judge the result.
+    parts: the engine's lesson parts (a lesson's course.parts()); None runs minicb's own, as the grader does."""
+    engine = LLMEngine(device="cpu", simulate=True, num_blocks=num_blocks, parts=parts, **config)
     outputs = run_workload(engine, workload or slo_workload(), progress=False)
     summary = summarize(outputs, engine.trace)
     served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]

@@ -163,7 +163,9 @@ def is_stub_error(error: NotImplementedError) -> bool:
 
 def not_yet(error: NotImplementedError) -> str:
     t = next(t for t in TASKS if str(error).startswith(t.label + ":"))
-    return (f"not implemented yet: {t.label} ({t.what}): write exercises/{t.module}.py::{t.symbol}, "
+    # The stub that raised, when the message names one of the task's functions (a task may have two).
+    raised = next((s for s in t.symbols if str(error).startswith(f"{t.label}: {s}:")), t.symbol)
+    return (f"not implemented yet: {t.label} ({t.what}): write exercises/{t.module}.py::{raised}, "
             f"then check it with: {t.command}")
 
 

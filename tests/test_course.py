@@ -371,7 +371,8 @@ def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
     assert "wrong batch" in results[2].why and results[3].why.startswith("none of its tests ran")
     assert "needs a GPU" in results[5].why
     out = progress.render(results)
-    assert "  task 1  build_flat_batch" in out and "pytest tests/exercises -k lesson03_task1\n          AssertionError" in out
+    assert "  task 1  build_flat_batch" in out
+    assert "pytest tests/exercises -k lesson03_task1\n          AssertionError" in out
     assert out.endswith("\n1 of 7 tasks done")
 
 

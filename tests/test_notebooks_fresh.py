@@ -48,7 +48,8 @@ def test_every_code_cell_was_run_and_stored(path: Path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_stored_errors(path: Path):
-    errors = [i for i, c in enumerate(code_cells(path)) if any(o["output_type"] == "error" for o in c.get("outputs", []))]
+    errors = [i for i, c in enumerate(code_cells(path))
+              if any(o["output_type"] == "error" for o in c.get("outputs", []))]
     assert not errors, f"{path.name}: code cells {errors} stored an error"
 
 
@@ -84,7 +85,8 @@ def test_structure(path: Path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_name_their_check_command(path: Path):
-    text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     for module, symbol in re.findall(r"exercises/(lesson\d\d_\w+)\.py::([\w.]+)", text):
         lesson = module[len("lesson"):len("lesson") + 2]
         assert re.search(rf"pytest tests/exercises -k lesson{lesson}_task\d", text), \

@@ -287,6 +287,15 @@ def test_latency_cdf_draws_one_curve_per_run():
         latency_cdf(static_out, metric="p99")
 
 
+def test_a_figure_shows_as_a_picture_in_jupyter():
+    """What Jupyter displays for the returned figure: a PNG, not "<Figure size ... with 1 Axes>"."""
+    from IPython.core.formatters import DisplayFormatter
+
+    _, outputs = run()
+    data, _ = DisplayFormatter().format(latency_cdf(outputs))
+    assert data["image/png"].startswith(b"\x89PNG"), "the figure has no PNG for Jupyter to show"
+
+
 def test_importing_the_views_needs_no_widget_or_plot_library():
     for path in Path("minicb/viz").glob("*.py"):
         top = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -296,7 +305,7 @@ def test_importing_the_views_needs_no_widget_or_plot_library():
 
 # minicb.viz in layers, each importing only from the layers before it, so its imports never go round in a circle:
 # the views are pure functions of a trace, the export draws any view, and the widgets play views and export them.
-VIZ_LAYERS = [{"draw"}, {"seats", "kvblocks", "timeline", "text"}, {"export"}, {"widgets"}, {"__init__"}]
+VIZ_LAYERS = [{"draw", "figures"}, {"seats", "kvblocks", "timeline", "text"}, {"export"}, {"widgets"}, {"__init__"}]
 
 
 def test_the_views_the_export_and_the_widgets_import_one_way():

@@ -13,6 +13,7 @@ from minicb.request import RequestOutput
 from minicb.trace import DECODE, IDLE, PAD, PREFILL, Trace
 from minicb.viz.draw import (PAD_COLOR, PALETTE, Cell, color_of, darker, legend, request_colors, step_axis, svg,
                              svg_grid, text, titled)
+from minicb.viz.figures import image_figure
 
 QUEUED = "queued"
 QUEUED_FILL = "#cccccc"
@@ -114,13 +115,13 @@ METRICS = {"e2e": "e2e_latency", "ttft": "ttft", "tpot": "tpot", "queue": "queue
 
 
 def latency_cdf(*runs: Sequence[RequestOutput], labels: Sequence[str] | None = None, metric: str = "e2e"):
-    """A matplotlib Figure with one empirical CDF of `metric` (e2e, ttft, tpot, queue) per run."""
-    from matplotlib.figure import Figure   # not pyplot: no global state, and notebooks show it once
+    """A figure (shown as a picture in Jupyter) with one empirical CDF of `metric` (e2e, ttft, tpot,
+    queue) per run."""
 
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}: use one of {sorted(METRICS)}")
     labels = labels or [f"run {i + 1}" for i in range(len(runs))]
-    fig = Figure(figsize=(5.5, 3.4), layout="constrained")
+    fig = image_figure(figsize=(5.5, 3.4), layout="constrained")
     ax = fig.add_subplot()
     for run, label in zip(runs, labels):
         values = sorted(v for o in run if (v := getattr(o.metrics, METRICS[metric])) is not None)

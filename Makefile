@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
+# JupyterLab reads settings overrides from the environment it runs in: the course's venv never asks
+# about Jupyter news or checks for updates (tools/jupyterlab-overrides.json), and nothing outside it changes.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+
 lab: $(STAMP)
-	mkdir -p notebooks
+	mkdir -p notebooks $(LAB_SETTINGS)
+	cp tools/jupyterlab-overrides.json $(LAB_SETTINGS)/overrides.json
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 # The tests grade the reference solutions (MINICB_IMPL=solutions); tests/test_course.py also runs the

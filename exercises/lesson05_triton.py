@@ -3,14 +3,85 @@
 Task 1  paged_decode_attention   pytest tests/exercises -k lesson05_task1
 
 On a CPU, Triton runs under its interpreter: TRITON_INTERPRET=1 must be set before Python starts
-(the lesson's first cell does it for the notebook; `make test` sets it for the tests). Read
-store_kv.py, prefill.py and tiles.py in kernels/minicb_kernels/ first: the tile loop, the block-table
-indirection (load_context_tile) and the online softmax (online_softmax_update) are all there, for
-the varlen kernel. The engine runs yours for every decode step with `attn_backend="triton"`.
+(the lesson's first cell does it for the notebook; `make test` sets it for the tests). The engine runs
+your kernel for every decode step with `attn_backend="triton"`.
+
+What is written for you, and what is yours. The host function, paged_decode_attention, is written: it
+checks the inputs, allocates the output and launches paged_decode_kernel over the grid (B, n_kv), one
+program per (sequence, KV head). In the kernel, the program's query heads (its rows), their query
+vectors, the running softmax state and the loop over the context in tiles of BLOCK_N positions are
+written too. Yours are the kernel's four TODOs:
+  1. load this tile's K and V through the block table;
+  2. the scores of every query head against every key of the tile, masked past the context's end;
+  3. the online-softmax update of the running max, sum and weighted values (all fp32);
+  4. after the loop, normalise and store the output.
+Then delete the NotImplementedError line at the top of paged_decode_attention, and check.
+
+Helpers. kernels/minicb_kernels/tiles.py holds the reference's own versions of TODO 1 and TODO 3.
+load_context_tile (TODO 1) you may call: the block-table addressing is lesson 04's idea, and writing
+it again is three lines of pointer arithmetic (read it either way: a load past the context's end must
+be masked). online_softmax_update (TODO 3) you may not: the update is this lesson's idea, and the numpy
+cell in section 3 of the notebook is its template, line for line. Read decode.py, the reference
+kernel, after yours passes (it adds split-KV for long contexts).
+
+Two rules of the road. Upcast every load to fp32 with .to(tl.float32): the interpreter mishandles
+bf16 arithmetic. And on a GPU tl.dot needs every dimension of both operands >= 16 (use
+input_precision="ieee" for fp32, or it rounds to tf32 and misses the tolerance): the launch pads the
+rows to GROUP_PAD >= 16 (Bard has 4 query heads per KV head) and head_dim to HEAD_PAD >= 16 for that
+reason. A broadcast multiply and a sum (tl.sum(a[:, None, :] * b[None, :, :], 2)) works at any size
+and is just as exact; under the interpreter either is fine.
 """
+# The skeleton's names are read by the code the TODOs ask for; until then a linter sees them unused.
+# ruff: noqa: F841
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
+
+from minicb_kernels.tiles import check_attention_inputs, padded_head_dim, pow2, tile_sizes
+
+
+@triton.jit
+def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, seq_lens_ptr, block_tables_ptr, scale,
+                        stride_qb, stride_qh, stride_ob, stride_oh,
+                        stride_cache_block, stride_cache_slot, stride_cache_head, stride_table,
+                        QUERIES_PER_KV: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    seq, kv_head = tl.program_id(0), tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + seq)                            # context length, the new token included
+
+    # Rows: the QUERIES_PER_KV query heads that read this KV head, padded to GROUP_PAD (padding rows
+    # are zeros, never stored). Columns: head_dim, padded to HEAD_PAD. row_mask is True on the real ones.
+    group = tl.arange(0, GROUP_PAD)
+    heads = kv_head * QUERIES_PER_KV + group                         # (GROUP_PAD,) query head of each row
+    dims = tl.arange(0, HEAD_PAD)                                    # (HEAD_PAD,)
+    row_mask = (group < QUERIES_PER_KV)[:, None] & (dims < HEAD_DIM)[None, :]
+    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+                mask=row_mask, other=0.0).to(tl.float32)              # (GROUP_PAD, HEAD_PAD)
+    table = block_tables_ptr + seq * stride_table                    # this sequence's row of block ids
+
+    # The online softmax's running state, one entry per row, all fp32 (section 3 of the notebook).
+    row_max = tl.full((GROUP_PAD,), float("-inf"), tl.float32)       # largest score so far
+    row_sum = tl.zeros((GROUP_PAD,), tl.float32)                     # sum of exp(score - row_max)
+    acc = tl.zeros((GROUP_PAD, HEAD_PAD), tl.float32)                # sum of exp(score - row_max) * v
+    for tile_start in range(0, seq_len, BLOCK_N):
+        positions = tile_start + tl.arange(0, BLOCK_N)              # (BLOCK_N,) context positions of this tile
+
+        # TODO 1: k and v, each (BLOCK_N, HEAD_PAD) fp32, for kv_head: position p is row p % BLOCK_SIZE of
+        #   block table[p // BLOCK_SIZE] (strides stride_cache_block/_slot/_head; the table's entries past the
+        #   context are not valid block ids). Load 0.0 for positions >= seq_len and columns >= HEAD_DIM.
+        #   (load_context_tile may do it for you: see the module's docstring.)
+
+        # TODO 2: scores (GROUP_PAD, BLOCK_N) = scale * (q . k) for every row and key, and -inf for the keys
+        #   at positions >= seq_len (the last tile runs past the context's end).
+
+        # TODO 3: fold this tile into row_max, row_sum and acc: the new running max, the factor that
+        #   rescales the old sums, this tile's weights exp(scores - new max) (0 for a -inf score), then
+        #   row_sum and acc (acc gains weights @ v). tl.exp, tl.max(x, 1), tl.maximum and tl.sum(x, 1) help.
+
+    # TODO 4: out = acc / row_sum, cast to the output's dtype (out_ptr.dtype.element_ty), stored at
+    #   out[seq, heads, dims] (strides stride_ob, stride_oh) for the real rows and columns only (row_mask).
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
@@ -24,10 +95,21 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     positions 0 .. seq_lens[b] - 1, where position p lives at row p % block_size of block
     block_tables[b, p // block_size], and query head h reads KV head h // (H / n_kv) (GQA).
 
-    Write a @triton.jit kernel with one program per (sequence, KV head), whose rows are the query
-    heads of that KV head; walk the context in tiles, keep the online softmax's running max, sum and
-    weighted values in fp32, upcast every load to fp32 (the interpreter mishandles bf16), and launch
-    it over the grid (B, n_kv). num_splits may be ignored (one pass over the context).
+    Written for you: the launch of paged_decode_kernel over the grid (B, n_kv), whose program for
+    (b, g) computes the rows of query heads g * H / n_kv ... (g + 1) * H / n_kv - 1 of sequence b.
+    num_splits is ignored (one pass over the context; the reference splits long contexts).
     """
-    raise NotImplementedError("Lesson 05, task 1: paged_decode_attention: a paged decode attention kernel. "
-                              "Check it with: pytest tests/exercises -k lesson05_task1")
+    raise NotImplementedError("Lesson 05, task 1: paged_decode_attention: fill in the TODOs of the kernel, then "
+                              "delete this line. Check it with: pytest tests/exercises -k lesson05_task1")
+    num_heads, num_kv_heads, head_dim = check_attention_inputs(q, k_cache, v_cache)
+    out = torch.empty_like(q)
+    if q.shape[0] == 0:
+        return out
+    group = num_heads // num_kv_heads
+    paged_decode_kernel[(q.shape[0], num_kv_heads)](
+        q, k_cache, v_cache, out, seq_lens, block_tables, scale,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        QUERIES_PER_KV=group, GROUP_PAD=max(16, pow2(group)), BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
+        HEAD_PAD=padded_head_dim(head_dim), BLOCK_N=tile_sizes(head_dim, q.dtype)[1])
+    return out

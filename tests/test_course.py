@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -42,14 +43,37 @@ def test_stub_and_solution_signatures_agree(task):
         assert parameters(stub) == parameters(solution), f"{task.module}::{symbol} differs between the two"
 
 
+# Lesson 05's stub is a skeleton: its host function's launch code (given) follows the raise, and its
+# @triton.jit kernel holds the given part with `# TODO` markers where the learner's code goes.
+SKELETON_FILES = {"lesson05_triton"}
+# What a skeleton kernel must leave to the learner: the scores, the softmax, the store, the reference's helpers.
+SKELETON_KEEPS_OUT = {"dot", "sum", "max", "maximum", "exp", "exp2", "where", "store", "load_context_tile",
+                      "online_softmax_update"}
+
+
+def is_triton_kernel(node: ast.FunctionDef) -> bool:
+    return any(ast.unparse(d).startswith("triton.jit") for d in node.decorator_list)
+
+
+def function_text(source: str, node: ast.FunctionDef) -> str:
+    """A function's lines, the indented comments after its last statement included (where its last TODOs are)."""
+    lines = source.splitlines()
+    end = node.end_lineno
+    while end < len(lines) and (not lines[end].strip() or lines[end][:1].isspace()):
+        end += 1
+    return "\n".join(lines[node.lineno - 1:end])
+
+
 @pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.stem)
 def test_stubs_hold_no_solution_logic(path):
-    """Every function body is a docstring and one `raise NotImplementedError("Lesson NN, task M: ...")`
-    naming a task of this file that course.TASKS knows, and the task covers that function. A class's
-    __init__ only sets the state it starts from (given to the learner)."""
+    """Every function's first statement (after a docstring) is `raise NotImplementedError("Lesson NN,
+    task M: ...")` naming a task of this file that course.TASKS knows, and the task covers that function;
+    outside SKELETON_FILES it is the only statement. A class's __init__ only sets the state it starts
+    from (given to the learner). A skeleton's kernel holds TODOs and none of what they ask for."""
     tasks = {t.label: t for t in course.TASKS if t.module == path.stem}
+    source = path.read_text()
     seen = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.FunctionDef):
             continue
         body = node.body[1:] if isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
@@ -58,7 +82,17 @@ def test_stubs_hold_no_solution_logic(path):
             assert all(isinstance(s, (ast.Assign, ast.AnnAssign)) for s in body), f"{path.name}: __init__ does more " \
                 "than set the state"
             continue
-        assert len(body) == 1 and isinstance(body[0], ast.Raise), f"{path.name}::{node.name} holds more than a raise"
+        if is_triton_kernel(node):
+            assert path.stem in SKELETON_FILES, f"{path.name}::{node.name}: a kernel outside a skeleton file"
+            assert "# TODO" in function_text(source, node), f"{path.name}::{node.name} has no TODO"
+            used = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} \
+                | {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            leaked = used & SKELETON_KEEPS_OUT
+            assert not leaked, f"{path.name}::{node.name} does a TODO's work: {leaked}"
+            continue
+        assert body and isinstance(body[0], ast.Raise), f"{path.name}::{node.name} does not start with its raise"
+        if path.stem not in SKELETON_FILES:
+            assert len(body) == 1, f"{path.name}::{node.name} holds more than a raise"
         call = body[0].exc
         assert isinstance(call, ast.Call) and call.func.id == "NotImplementedError", node.name
         message = call.args[0].value
@@ -68,6 +102,21 @@ def test_stubs_hold_no_solution_logic(path):
         assert course.stub_label(node) == label, f"course does not see {node.name} as a stub"
         seen.add(label)
     assert seen == set(tasks), f"tasks without a stub in {path.name}: {set(tasks) - seen}"
+
+
+def test_a_stub_is_a_function_whose_first_statement_raises_its_task():
+    """course.stub_label: the raise first (after a docstring), whatever follows it; anything before it,
+    or another message, is written code."""
+    raise_ = 'raise NotImplementedError("Lesson 05, task 1: f: do it. Check it with: ...")'
+    cases = {f'"""Doc."""\n{raise_}': "Lesson 05, task 1",
+             f"{raise_}\nx = 1\nreturn x": "Lesson 05, task 1",
+             f"x = 1\n{raise_}": None,
+             '"""Doc."""': None,
+             'raise NotImplementedError("not yet")': None,
+             'raise ValueError("Lesson 05, task 1: f")': None}
+    for body, label in cases.items():
+        node = ast.parse("def f():\n" + textwrap.indent(body, "    ")).body[0]
+        assert course.stub_label(node) == label, body
 
 
 def test_every_exercise_test_fails_on_the_stubs_with_its_own_task(tmp_path):

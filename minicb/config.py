@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minicb.checks import is_finite_number, is_int
-from minicb.costs import PreemptionCost, StepCost
+from minicb.costs import CostModel, PreemptionCost
 
 
 @dataclass
@@ -45,7 +45,8 @@ class EngineConfig:
     kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before paging
 
     simulate: bool = False              # price each step with a cost model instead of running the network
-    step_cost: StepCost | None = None   # the simulator's cost model; None: fitted defaults for Bard on a CPU
+    step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this CPU)
+    #                                     or a GPU preset's RooflineCost from minicb.hardware
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
     #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
     trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
@@ -84,6 +85,8 @@ class EngineConfig:
         for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks", "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
+        check("step_cost", lambda v: v is None or isinstance(v, CostModel),
+              "use None, a minicb.costs.StepCost or a preset's cost (minicb.hardware.PRESETS[name].step_cost)")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "

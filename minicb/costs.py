@@ -4,8 +4,27 @@ the runner and the scheduler can all use it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What the simulator's clock and the "auto" preemption mode need from a cost model: StepCost
+    (fitted on this CPU) and minicb.hardware.RooflineCost (a GPU, modelled) both meet it."""
+    @property
+    def per_swapped_token(self) -> float:
+        """Seconds per token of KV copied one way between the device and the CPU swap pool."""
+
+    def __call__(self, num_tokens: int, context_tokens: int) -> float:
+        """Seconds for one step computing num_tokens tokens that read context_tokens of KV in all."""
+
+    def copy_s(self, tokens: int) -> float:
+        """Seconds for one copy, one way, of `tokens` tokens' KV (a swap out, or a swap in)."""
+
+    def preemption_cost(self) -> PreemptionCost:
+        """The prices "auto" compares: bringing a victim back by recomputing it or by swapping it."""
 
 
 @dataclass(frozen=True)
@@ -16,7 +35,7 @@ class StepCost:
     with the tokens in the batch, per_context_token the attention reads over every KV cached.
     The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores (683 steps,
     median error 5%). On a CPU a step costs about its token count; on a GPU, decode is bound by
-    memory bandwidth and per_token is far smaller relative to fixed.
+    memory bandwidth and costs nearly the same at any batch size (minicb.hardware.RooflineCost).
     """
     fixed: float = 2.9e-3
     per_token: float = 2.7e-4
@@ -25,6 +44,15 @@ class StepCost:
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
         return self.fixed + self.per_token * num_tokens + self.per_context_token * context_tokens
+
+    def copy_s(self, tokens: int) -> float:
+        return self.per_swapped_token * tokens   # a memcpy within RAM: no latency worth fitting
+
+    def preemption_cost(self) -> PreemptionCost:
+        """Re-prefilling t tokens is one step of t tokens reading a context of t (linear in t, as
+        StepCost prices it); a swap is a copy each way. On this CPU swapping is cheaper at any length."""
+        return PreemptionCost(self.fixed, self.per_token + self.per_context_token, 0.0,
+                              0.0, 2 * self.per_swapped_token)
 
 
 def fit_step_cost(steps: list[dict]) -> StepCost:
@@ -69,9 +97,6 @@ class PreemptionCost:
         return float(hi)
 
 
-def simulated_preemption_cost(step: StepCost | None = None) -> PreemptionCost:
-    """The simulator's own prices (step: its cost model, None the default one): re-prefilling t tokens
-    is one step of t tokens reading a context of t (linear in t, as StepCost prices it), a swap is a
-    copy each way."""
-    step = step or StepCost()
-    return PreemptionCost(step.fixed, step.per_token + step.per_context_token, 0.0, 0.0, 2 * step.per_swapped_token)
+def simulated_preemption_cost(step: CostModel | None = None) -> PreemptionCost:
+    """The simulator's own prices for "auto" (step: its cost model, None the default StepCost)."""
+    return (step or StepCost()).preemption_cost()

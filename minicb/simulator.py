@@ -4,7 +4,9 @@ SimulatedRunner stands where ModelRunner stands and takes the same FlatBatch, so
 scheduling, block management and batch building is shared with real runs. Two things differ:
 the time a step takes comes from a cost model, and the next token comes from a deterministic
 stand-in (never EOS, so lengths are set by max_tokens). Lessons use it to run thousands of
-requests in seconds, with exact and repeatable numbers.
+requests in seconds, with exact and repeatable numbers. The cost model may price another model on
+other hardware (minicb.hardware's presets): the prompts, tokens and vocabulary stay Bard's, and
+only the clock changes.
 
 The stand-in still honours the KV cache's contract. Its "cache" holds the token id written into
 each slot, it writes through slot_mapping, swaps copy it, and the next token is a hash of what the
@@ -18,7 +20,7 @@ from pathlib import Path
 import torch
 
 from minicb.batch import FlatBatch
-from minicb.costs import StepCost
+from minicb.costs import CostModel, StepCost
 from minicb.model.config import read_model_config
 from minicb.model.loader import resolve_model_path
 from minicb.runner import load_tokenizer
@@ -27,7 +29,7 @@ from minicb.runner import load_tokenizer
 class SimulatedRunner:
     """A ModelRunner look-alike: same inputs, a cost model for time, a stand-in for tokens."""
 
-    def __init__(self, model: str | Path | None = None, cost: StepCost | None = None, num_blocks: int = 512,
+    def __init__(self, model: str | Path | None = None, cost: CostModel | None = None, num_blocks: int = 512,
                  block_size: int = 16, num_swap_blocks: int = 0):
         self.model_path = resolve_model_path(model)
         self.config = read_model_config(self.model_path)   # shapes and limits only; no weights load
@@ -50,7 +52,7 @@ class SimulatedRunner:
         self.now = max(self.now, t)
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy (device block, CPU block) pairs, priced as a copy of their tokens' KV."""
+        """Copy (device block, CPU block) pairs, priced as one copy of their tokens' KV."""
         self._copy(pairs, self.kv_tokens, self.swap_tokens)
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
@@ -58,8 +60,8 @@ class SimulatedRunner:
         self._copy(pairs, self.swap_tokens, self.kv_tokens)
 
     def _copy(self, pairs: list[tuple[int, int]], src: torch.Tensor, dst: torch.Tensor) -> None:
-        self.now += len(pairs) * self.block_size * self.cost.per_swapped_token
         if pairs:
+            self.now += self.cost.copy_s(len(pairs) * self.block_size)
             frm, to = (torch.tensor(x) for x in zip(*pairs))
             dst[to] = src[frm]
 

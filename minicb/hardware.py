@@ -1,0 +1,255 @@
+"""Hardware presets for the simulator: which clock a simulated engine runs on.
+
+"this CPU" is the StepCost fitted on Bard here (measured). The GPU presets price an 8B Llama-class
+model in bf16 on an H100/H200 with a roofline (modelled, not measured):
+
+    step = overhead + max(bytes read / HBM bandwidth, FLOPs / compute)
+
+where a step reads every weight once and each sequence's whole KV context, and computes
+2 x weights FLOPs per token plus attention. Every number it takes on trust is a named field below,
+and each preset's notes say them in words. The simulator still runs Bard's prompts, tokens and
+vocabulary; only the time a step takes is the 8B model's.
+
+    engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
+                       block_size=preset.block_size)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from minicb.config import EngineConfig
+from minicb.costs import CostModel, PreemptionCost, StepCost
+from minicb.engine import LLMEngine
+from minicb.model.config import read_model_config
+from minicb.model.loader import BARD_PATH
+from minicb.workload import WorkloadRequest
+
+GB = 1e9   # datasheets count memory and bandwidth in powers of ten
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A Llama-style decoder's shapes: enough to count its weights, FLOPs and KV bytes."""
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int          # fewer than num_heads: grouped-query attention, a smaller KV cache
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    bytes_per_param: int = 2   # bf16 weights
+    bytes_per_kv: int = 2      # bf16 KV cache
+
+    @property
+    def streamed_params(self) -> int:
+        """Weights a step reads and multiplies: every layer's (q, k, v, o, gate, up, down, two norms),
+        the final norm and the LM head. Not the input embedding (untied): a step gathers only its
+        tokens' rows of it."""
+        attention = self.hidden_size * self.head_dim * 2 * (self.num_heads + self.num_kv_heads)
+        layer = attention + 3 * self.hidden_size * self.intermediate_size + 2 * self.hidden_size
+        return self.num_layers * layer + self.hidden_size + self.vocab_size * self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        """What the weights take in GPU memory: the streamed ones and the input embedding."""
+        return (self.streamed_params + self.vocab_size * self.hidden_size) * self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token in every layer."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.bytes_per_kv
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs for one (query, key) pair in every layer and head: QK^T and PV, 2 FLOPs per multiply-add."""
+        return 4 * self.num_layers * self.num_heads * self.head_dim
+
+
+# Meta's Llama-3-8B config.json.
+LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                       intermediate_size=14336, vocab_size=128256)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet figures (peaks, not what kernels reach: RooflineAssumptions scales them)."""
+    name: str
+    memory_bytes: float     # HBM capacity as the datasheet says it (the driver reports a few % more: 81,559 MiB
+    #                         on an H100 80GB), so the KV pool below errs small
+    hbm_bandwidth: float    # bytes/s
+    peak_flops: float       # dense bf16 FLOP/s, without 2:4 sparsity
+    host_link: float        # bytes/s one way to the host's pinned memory, effective (what swaps cross)
+    host_link_name: str
+
+
+H100_SXM = GPUSpec("H100 SXM", memory_bytes=80 * GB, hbm_bandwidth=3350 * GB, peak_flops=989e12,
+                   host_link=50 * GB, host_link_name="PCIe 5.0 x16")
+H200 = GPUSpec("H200", memory_bytes=141 * GB, hbm_bandwidth=4800 * GB, peak_flops=989e12,
+               host_link=50 * GB, host_link_name="PCIe 5.0 x16")
+# Effective one-way bandwidth of pinned copies over x16 links (about 80% of the raw 16/32/64 GB/s).
+HOST_LINKS = {"PCIe 3.0 x16": 12 * GB, "PCIe 4.0 x16": 25 * GB, "PCIe 5.0 x16": 50 * GB}
+
+
+@dataclass(frozen=True)
+class RooflineAssumptions:
+    """The numbers a roofline takes on trust, each with the reason for its value."""
+    hbm_efficiency: float = 0.8      # share of datasheet bandwidth a decode step's weight and KV reads reach;
+    #                                  streaming kernels measure 80-90% on H100
+    flops_efficiency: float = 0.6    # share of dense peak a compute-bound step (a prefill, a decode of hundreds
+    #                                  of sequences) reaches: large bf16 GEMMs run at 65-75%, attention, norms
+    #                                  and activations pull a whole layer below that
+    step_overhead_s: float = 1e-3    # per step, whatever the batch: scheduling, input preparation, sampling and
+    #                                  kernel launches; a server with CUDA graphs for decode (vLLM V1) is near 1 ms,
+    #                                  eager-mode servers paid several
+    swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer, the DMA
+    #                                  setup and the wait before its blocks are reused (lesson 06 uses 0.1 ms for both)
+    memory_utilization: float = 0.9  # share of GPU memory the server takes (vLLM's gpu_memory_utilization default)
+    activation_headroom_bytes: float = 4 * GB  # of that share, not for KV: activations of a 2k-token step, CUDA
+    #                                  graphs, the allocator's slack
+
+
+@dataclass(frozen=True)
+class RooflineCost:
+    """A step's seconds on `gpu` for `model`, from the roofline and `assume`. Meets minicb.costs.CostModel."""
+    model: ModelShape
+    gpu: GPUSpec
+    assume: RooflineAssumptions = RooflineAssumptions()
+
+    @property
+    def bandwidth(self) -> float:
+        return self.gpu.hbm_bandwidth * self.assume.hbm_efficiency
+
+    @property
+    def compute(self) -> float:
+        return self.gpu.peak_flops * self.assume.flops_efficiency
+
+    @property
+    def per_swapped_token(self) -> float:
+        return self.model.kv_bytes_per_token / self.gpu.host_link
+
+    def __call__(self, num_tokens: int, context_tokens: int) -> float:
+        """context_tokens is every sequence's whole context, new tokens included, summed: each sequence
+        reads its KV once per layer. The (query, key) pairs attention computes are estimated from the
+        totals as context_tokens (exact for decodes) plus num_tokens**2 / 2 (the causal triangle, as if
+        the new tokens were one prompt); at Bard's contexts (up to 1,024 tokens) attention is at most a
+        few percent of the FLOPs, so the estimate hardly moves a step."""
+        m = self.model
+        read = m.streamed_params * m.bytes_per_param + context_tokens * m.kv_bytes_per_token
+        flops = 2 * m.streamed_params * num_tokens + m.attention_flops_per_pair * (context_tokens + num_tokens ** 2 / 2)
+        return self.assume.step_overhead_s + max(read / self.bandwidth, flops / self.compute)
+
+    def copy_s(self, tokens: int) -> float:
+        return self.assume.swap_latency_s + tokens * self.per_swapped_token
+
+    def preemption_cost(self) -> PreemptionCost:
+        """Recompute: the FLOPs of t more rows in a step that runs anyway (preemption happens only
+        while others are being served, and that step pays the overhead and the weight reads already),
+        t rows through every weight and a causal triangle of t^2 / 2 pairs. In a memory-bound step
+        those rows partly ride free, so this is an upper bound. Swap: one copy each way."""
+        return PreemptionCost(recompute_fixed=0.0,
+                              recompute_per_token=2 * self.model.streamed_params / self.compute,
+                              recompute_per_token_sq=self.model.attention_flops_per_pair / 2 / self.compute,
+                              swap_fixed=2 * self.assume.swap_latency_s, swap_per_token=2 * self.per_swapped_token)
+
+    def kv_pool_blocks(self, block_size: int) -> int:
+        """KV blocks that fit beside the weights: the server's share of memory, less the weights and
+        the headroom, at the model's KV bytes per token. Not capped: a simulated step's work does not
+        grow with the pool, and the simulator's stand-in cache takes 8 bytes a slot (6.5 MB for 51k blocks)."""
+        a = self.assume
+        kv_bytes = self.gpu.memory_bytes * a.memory_utilization - self.model.weight_bytes - a.activation_headroom_bytes
+        return int(kv_bytes // (self.model.kv_bytes_per_token * block_size))
+
+
+@dataclass(frozen=True)
+class HardwarePreset:
+    """A simulated engine's hardware: its clock (a cost model) and the KV pool it holds."""
+    name: str              # the playground's dropdown label
+    step_cost: CostModel   # EngineConfig(step_cost=...): __call__(num_tokens, context_tokens) -> seconds
+    num_blocks: int        # the KV pool, in blocks of block_size tokens, this hardware and model hold
+    block_size: int
+    modelled: bool         # True for a roofline model, False for a measured fit
+    notes: str             # every assumption, in words
+
+
+def roofline_notes(cost: RooflineCost, block_size: int) -> str:
+    """Every assumption of a roofline preset in words, written from the numbers themselves."""
+    m, g, a = cost.model, cost.gpu, cost.assume
+    assumptions = "; ".join(f"{f.name}={getattr(a, f.name):g}" for f in fields(a))
+    return (f"Modelled, not measured. {m.name} shapes ({m.num_layers} layers, hidden {m.hidden_size}, "
+            f"{m.num_heads} query heads, {m.num_kv_heads} KV heads of {m.head_dim}, intermediate "
+            f"{m.intermediate_size}, vocab {m.vocab_size}) in bf16: {m.weight_bytes / GB:.2f} GB of weights, "
+            f"{m.streamed_params / 1e9:.2f}B read and multiplied every step (not the input embedding), "
+            f"{m.kv_bytes_per_token // 1024} KiB of KV per token. {g.name}: {g.memory_bytes / GB:.0f} GB HBM at "
+            f"{g.hbm_bandwidth / 1e12:.2f} TB/s, {g.peak_flops / 1e12:.0f} TFLOP/s dense bf16, "
+            f"{g.host_link_name} at {g.host_link / GB:.0f} GB/s for swaps. "
+            f"Step = {a.step_overhead_s * 1e3:g} ms + max(bytes / ({a.hbm_efficiency:g} x bandwidth), "
+            f"FLOPs / ({a.flops_efficiency:g} x peak)): weights read once per step, each sequence's KV context "
+            f"read once, 2 x params FLOPs per token plus attention. A swap copy costs "
+            f"{a.swap_latency_s * 1e6:g} us + KV bytes / link each way. KV pool: {a.memory_utilization:g} of memory, "
+            f"less the weights and {a.activation_headroom_bytes / GB:g} GB of headroom, holds "
+            f"{cost.kv_pool_blocks(block_size):,} blocks of {block_size} tokens. Assumptions: {assumptions}. "
+            f"The simulator runs Bard's prompts, tokens and vocabulary; only the clock is the 8B model's.")
+
+
+def cpu_preset(block_size: int = 16) -> HardwarePreset:
+    """Bard on this CPU: the fitted StepCost and the engine's default KV budget."""
+    cost = StepCost()
+    block_bytes = read_model_config(BARD_PATH).kv_bytes_per_block(block_size, torch.float32)
+    budget_mb = EngineConfig.kv_cache_memory_mb
+    return HardwarePreset(
+        "this CPU: Bard (measured)", cost, int(budget_mb * 2 ** 20 // block_bytes), block_size, modelled=False,
+        notes=(f"Measured: StepCost fitted by bench/fit_step_cost.py on Bard (fp32, 2 CPU cores): "
+               f"{cost.fixed * 1e3:g} ms per step + {cost.per_token * 1e3:g} ms per token computed + "
+               f"{cost.per_context_token * 1e6:g} us per token of context read; a swap copies "
+               f"{cost.per_swapped_token * 1e6:g} us per token each way (bench/pressure.py). KV pool: the "
+               f"engine's default {budget_mb:g} MiB of fp32 KV."))
+
+
+def roofline_preset(name: str, model: ModelShape, gpu: GPUSpec,
+                    assume: RooflineAssumptions = RooflineAssumptions(), block_size: int = 16) -> HardwarePreset:
+    """`model` on `gpu`, priced by the roofline, with the KV pool that fits beside the weights."""
+    cost = RooflineCost(model, gpu, assume)
+    return HardwarePreset(name, cost, cost.kv_pool_blocks(block_size), block_size, modelled=True,
+                          notes=roofline_notes(cost, block_size))
+
+
+PRESETS: dict[str, HardwarePreset] = {p.name: p for p in (
+    cpu_preset(),
+    roofline_preset("H100 SXM: 8B Llama, bf16 (modelled)", LLAMA3_8B, H100_SXM),
+    roofline_preset("H200: 8B Llama, bf16 (modelled)", LLAMA3_8B, H200))}
+
+
+def crossover_table(cost: RooflineCost, links: dict[str, float] = HOST_LINKS,
+                    peaks: tuple[float, ...] = (400e12, 989e12)) -> list[dict]:
+    """Where "auto" starts to swap rather than recompute (tokens of context), for `cost` on each host
+    link and dense peak. A faster link makes swapping cheaper, so it wins from fewer tokens; faster
+    compute makes recomputing cheaper, so swapping wins only from more."""
+    rows = []
+    for peak in peaks:
+        for link_name, link in links.items():
+            gpu = replace(cost.gpu, peak_flops=peak, host_link=link, host_link_name=link_name)
+            prices = replace(cost, gpu=gpu).preemption_cost()
+            rows.append({"peak_tflops": peak / 1e12, "link": link_name, "link_gb_s": link / GB,
+                         "recompute_us_per_token": prices.recompute_per_token * 1e6,
+                         "swap_us_per_token": prices.swap_per_token * 1e6,
+                         "crossover_tokens": prices.crossover_tokens()})
+    return rows
+
+
+def loaded_throughput(preset: HardwarePreset, batching: str, workload: list[WorkloadRequest],
+                      max_num_seqs: int) -> float:
+    """Output tokens per simulated second on `preset` while requests are still waiting: a server's
+    throughput under sustained load. The whole workload is queued at once (arrival times are not
+    used), and the run stops when the queue empties: the drain that ends a finite workload, a few
+    long requests running alone, never comes under a steady stream of requests."""
+    engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
+                       block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs, trace_max_steps=0)
+    requests = [engine.make_request(w.prompt, w.params) for w in workload]
+    for request in requests:
+        engine.queue(request)
+    while engine.scheduler.num_waiting:
+        engine.step()
+    return sum(len(r.output_token_ids) for r in requests) / engine.clock()

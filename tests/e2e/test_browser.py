@@ -1,9 +1,12 @@
-"""End to end in a real browser: JupyterLab runs lessons 01 and 04, and the widgets play in Chromium.
+"""End to end in a real browser: JupyterLab runs lessons 01 and 04, and the widgets play in Chromium; the
+playground re-simulates when a control moves.
 
 The kernel-side widget tests (tests/test_viz.py) cannot see the browser half: the widget manager, the
 Play button's jslink to the slider, and the HTML views re-rendered as the slider moves. This test drives
 all of it the way a learner does: open the lesson, Run > Run All Cells, press Play, and read the SVG the
-widgets draw (data-* attributes and the .minicb-counters text) at several moments.
+widgets draw (data-* attributes and the .minicb-counters text) at several moments. The playground runs in a
+one-cell notebook the test writes under build/e2e/: it picks another value in a dropdown, pins a run, ticks a
+checkbox, and reads the figures the kernel sends back.
 
 Needs Debian's /usr/bin/chromium (or MINICB_CHROMIUM) and the playwright package (`make e2e-deps`);
 without either it skips at once. Screenshots and the server log go to build/e2e/.
@@ -42,6 +45,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 RUN_ALL_TIMEOUT_MS = 240_000   # a lesson runs all its cells in about a minute on 2 shared cores
 LESSONS = ["01_static_batching.ipynb", "04_paged_kv_cache.ipynb"]
+PLAYGROUND_REQUESTS = 100   # a run of the playground takes about a second on 2 shared cores
 WIDGET_ERRORS = ["Error displaying widget", "Failed to load model class", "widget manager",
                  "Could not create a model", "Model not found"]
 
@@ -80,7 +84,8 @@ class Lab:
         self.proc = subprocess.Popen(
             [str(JUPYTER), "lab", "--no-browser", "--allow-root", f"--ServerApp.token={self.token}",
              f"--port={self.port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
-             f"--notebook-dir={NOTEBOOKS}", "--LabApp.news_url=None"],
+             # The repository, not notebooks/: the test's own notebooks live under build/e2e/.
+             f"--notebook-dir={REPO}", "--LabApp.news_url=None"],
             cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def get(self, path: str, timeout: float = 5):
@@ -152,7 +157,8 @@ class Lesson:
         self.console: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("console", lambda m: self.console.append(m.text) if m.type == "error" else None)
-        self.page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}")
+        path = Path(notebook).resolve().relative_to(REPO).as_posix()
+        self.page.goto(f"{lab.url}/lab/tree/{path}?reset&token={lab.token}")
         self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
 
     def run_all(self, widget_selector: str) -> None:
@@ -213,7 +219,7 @@ class Lesson:
 
 
 @contextlib.contextmanager
-def open_lesson(browser, lab: Lab, notebook: str):
+def open_lesson(browser, lab: Lab, notebook: str | Path):
     """The lesson's page; on a failure its full-page screenshot goes to build/e2e/failure_<notebook>.png."""
     lesson = Lesson(browser, lab, notebook)
     try:
@@ -233,7 +239,7 @@ def step_of(counters: str) -> tuple[int, int]:
 
 
 def test_lesson01_seat_occupancy_plays(lab, browser):
-    with open_lesson(browser, lab, LESSONS[0]) as lesson:
+    with open_lesson(browser, lab, NOTEBOOKS / LESSONS[0]) as lesson:
         lesson.run_all(".minicb-seats")
         views = lesson.page.locator(".widget-vbox:has(.minicb-seats) .minicb-seats")
         assert views.count() == 2, "SeatOccupancy shows two runs side by side"
@@ -265,7 +271,7 @@ def test_lesson01_seat_occupancy_plays(lab, browser):
 
 
 def test_lesson04_kv_block_map_plays(lab, browser):
-    with open_lesson(browser, lab, LESSONS[1]) as lesson:
+    with open_lesson(browser, lab, NOTEBOOKS / LESSONS[1]) as lesson:
         lesson.run_all(".minicb-kvblocks")
         end = lesson.sample(".minicb-kvblocks", 0.01)[0]["views"][0]
         states = [c["state"] for c in end["cells"]]
@@ -289,3 +295,67 @@ def test_lesson04_kv_block_map_plays(lab, browser):
         assert len({u for _, u, _ in seen}) >= 2 and len({f for _, _, f in seen}) >= 2, \
             f"used and free block counts should change as steps advance: {seen}"
         assert any(u > 0 for _, u, _ in seen), f"blocks are in use while the run plays: {seen}"
+
+
+def write_notebook(path: Path, source: str) -> Path:
+    """A one-cell notebook with the kernelspec the lessons carry (without one, Lab asks which kernel)."""
+    kernelspec = json.loads((NOTEBOOKS / LESSONS[0]).read_text())["metadata"]["kernelspec"]
+    cell = {"cell_type": "code", "execution_count": None, "id": "cell-0", "metadata": {}, "outputs": [],
+            "source": source}
+    path.write_text(json.dumps({"cells": [cell], "metadata": {"kernelspec": kernelspec}, "nbformat": 4,
+                                "nbformat_minor": 5}))
+    return path
+
+
+def figures(page: Page) -> dict[str, dict[str, float]]:
+    """run ("current", "pinned") -> metric -> the number the playground's table shows (its data-value)."""
+    cells = page.evaluate("""() => [...document.querySelectorAll('.minicb-playground td.minicb-value')]
+        .map(td => [td.dataset.run, td.dataset.metric, td.dataset.value])""")
+    runs: dict[str, dict[str, float]] = {}
+    for run, metric, value in cells:
+        runs.setdefault(run, {})[metric] = float(value)
+    return runs
+
+
+def wait_for_new_figures(page: Page, metric: str, old: float) -> None:
+    """Until the current run's `metric` shows another value than `old`: the kernel re-ran and redrew."""
+    page.wait_for_function(
+        """([metric, old]) => { const td = document.querySelector(
+               `.minicb-playground td[data-run="current"][data-metric="${metric}"]`);
+             return td && td.dataset.value !== old; }""", arg=[metric, repr(old)], timeout=60_000)
+
+
+def test_playground_reruns_when_a_control_moves(lab, browser):
+    from minicb.hardware import PRESETS
+    from minicb.viz import PlaygroundSettings, playground_run
+
+    notebook = write_notebook(BUILD / "playground.ipynb",
+                              f"from minicb.viz import Playground\nPlayground(num_requests={PLAYGROUND_REQUESTS})")
+    with open_lesson(browser, lab, notebook) as lesson:
+        page = lesson.page
+        lesson.run_all(".minicb-playground")
+        first = figures(page)
+        assert set(first) == {"current"} and first["current"]["served"] == PLAYGROUND_REQUESTS
+
+        # A dropdown the way a learner uses it: the kernel re-simulates and the table changes.
+        box = page.locator(".minicb-playground-widget")
+        box.locator(".widget-dropdown", has_text="output lengths").locator("select").select_option(
+            label="fixed (32 tokens)")
+        wait_for_new_figures(page, "output_tok_per_s", first["current"]["output_tok_per_s"])
+        fixed = figures(page)["current"]
+        expected = playground_run(PlaygroundSettings(num_requests=PLAYGROUND_REQUESTS, lengths="fixed"),
+                                  next(iter(PRESETS.values()))).figures()
+        for metric in ("output_tok_per_s", "ttft_p99_s", "itl_p99_s", "goodput_rps"):
+            assert fixed[metric] == expected[metric], f"{metric}: the browser shows what the simulator gives"
+        lesson.screenshot(".minicb-playground", "playground.png")
+
+        # Pin, then tick a checkbox: the kernel re-runs with it (the table says what changed since the pin)
+        # and the pinned run's figures stay beside the new ones.
+        box.get_by_role("button", name="pin this run").click()
+        page.wait_for_selector('.minicb-playground th:text-is("pinned")')
+        box.locator(".widget-checkbox", has_text="chunked prefill").locator("input").check()
+        page.wait_for_selector('.minicb-playground :text("chunked_prefill False → True")', timeout=60_000)
+        both = figures(page)
+        assert both["pinned"] == fixed, "the pinned column keeps the figures of the run that was pinned"
+        assert set(both["current"]) == set(fixed)
+        lesson.screenshot(".minicb-playground", "playground_pinned.png")

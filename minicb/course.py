@@ -90,6 +90,7 @@ TASKS = [
     Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
+    Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),
 ]
 
 # The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks are

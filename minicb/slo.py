@@ -8,6 +8,7 @@ away no more than a small fraction (admission control is allowed; making everyon
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -60,6 +61,8 @@ def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[Work
     outputs = run_workload(engine, workload or slo_workload(), progress=False)
     summary = summarize(outputs, engine.trace)
     served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
+    if not served:   # e.g. max_waiting=0 turns everyone away: no latency to measure, and the SLO is missed
+        return SloReport(0, len(outputs), math.inf, math.inf, 0.0, False)
     good = [o for o in served if o.metrics.ttft <= target.ttft_p99_s
             and max(o.metrics.itl, default=0.0) <= target.itl_p99_s]
     span = max(o.metrics.finished_time for o in served) - min(o.metrics.arrival_time for o in outputs)

@@ -17,3 +17,10 @@ def test_chunked_prefill_alone_fixes_latency_between_tokens_not_the_queue():
     target = SloTarget()
     assert report.itl_p99_s <= target.itl_p99_s
     assert report.ttft_p99_s > target.ttft_p99_s and not report.met
+
+
+def test_a_configuration_that_serves_nobody_misses_the_slo():
+    from minicb.slo import grade_slo
+
+    report = grade_slo({"max_waiting": 0})
+    assert report.served == 0 and report.rejected > 0 and not report.met and report.goodput_rps == 0

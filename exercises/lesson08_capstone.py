@@ -1,0 +1,37 @@
+"""Lesson 08: the capstone. minicb.capstone holds the problem: a workload generator (lesson 07's chat
+requests and long documents, at any Poisson rate, from a seed), an SLO, and the seeds to practise on.
+Your answer is a server configuration and the highest arrival rate at which it keeps the SLO.
+
+Task 1  capstone   pytest tests/exercises -k lesson08_task1
+
+The grader, minicb.capstone.grade, runs your answer on the simulator (the default "this CPU" step
+cost) with workloads drawn from seeds you have not seen.
+"""
+from __future__ import annotations
+
+from minicb.capstone import CapstoneProblem, meets_slo  # noqa: F401  (meets_slo: the check to search with)
+
+
+def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
+    """Return (config, rate): EngineConfig overrides, and the highest arrival rate (requests per
+    second) at which they keep problem.target on problem.workload(rate, seed).
+
+    Rules (each is checked by a test):
+    1. config is a dict of valid EngineConfig overrides that sets only the server's knobs, those in
+       minicb.capstone.TUNABLE (seats, token budget, chunked prefill, queue limits, ...): the model,
+       the hardware (step cost, KV pool) and the simulator are the problem's. rate is a finite number > 0.
+    2. At your rate, your config keeps the SLO on every one of ten seeds you have not seen
+       (minicb.capstone.GRADING_SEEDS: tune on problem.practice_seeds, never on those).
+    3. Your rate is at least 90% of the reference answer's: its own configuration, and the highest rate
+       it keeps the SLO at on the practice seeds, less a safety margin.
+
+    How: pick a configuration (lesson 07's knobs; the step cost, about 3 ms + 0.27 ms per token, bounds
+    the token budget that keeps inter-token latency under target), then find the highest rate by
+    bisection, each candidate checked with meets_slo(config, rate, problem.practice_seeds, problem).
+    Every seed's workload has its own highest rate, and ten unseen seeds are likely to hold one lower
+    than your three practice seeds' lowest: answer with a safety margin below the edge you found.
+    Runs get slow at low rates (the same requests over a longer simulated time): search upwards of a
+    few requests per second.
+    """
+    raise NotImplementedError("Lesson 08, task 1: capstone: a configuration and the highest rate at which it "
+                              "meets the SLO. Check it with: pytest tests/exercises -k lesson08_task1")

@@ -1,0 +1,89 @@
+"""Lesson 08's task, graded on the implementation MINICB_IMPL picks (make test: the solutions).
+
+The reference's rate is not stored: the reference's own search runs here (about 15 s on the simulator),
+so the bar follows the engine and its step cost. Each answer is computed once per process.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import pytest
+
+from minicb import course
+from minicb.capstone import GRADING_SEEDS, RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
+
+mine = course.lesson("lesson08_capstone")
+reference = course.lesson("lesson08_capstone", "solutions")
+PROBLEM = CapstoneProblem()
+
+
+@functools.cache
+def answer_of(capstone: Callable[[CapstoneProblem], object]) -> object:
+    """capstone(PROBLEM), once: with MINICB_IMPL=solutions yours is the reference, and the search runs once."""
+    return capstone(PROBLEM)
+
+
+def valid_answer() -> tuple[dict, float]:
+    answer = answer_of(mine.capstone)
+    error = answer_error(answer)
+    assert error is None, f"rule 1: {error}"
+    return answer
+
+
+@functools.cache
+def graded() -> CapstoneGrade:
+    """Your answer judged on the unseen seeds against the reference's rate."""
+    answer = valid_answer()
+    _, reference_rate = answer_of(reference.capstone)
+    return grade(answer, reference_rate)
+
+
+def test_lesson08_task1_the_answer_is_a_configuration_and_a_rate():
+    valid_answer()
+
+
+def test_lesson08_task1_your_rate_keeps_the_slo_on_unseen_seeds():
+    valid_answer()
+    result = graded()
+    assert result.slo_failure is None, (
+        f"rule 2: {result.slo_failure}. Every one of the {len(GRADING_SEEDS)} unseen seeds must meet it: "
+        "answer with a safety margin below the highest rate you found on the practice seeds")
+
+
+def test_lesson08_task1_your_rate_is_at_least_90_percent_of_the_references():
+    valid_answer()
+    result = graded()
+    assert result.rate_failure is None, (
+        f"rule 3: {result.rate_failure}. Tune the configuration (lesson 07's knobs) until its highest rate is "
+        "higher, or search closer to it")
+
+
+# The grading itself, on no learner code.
+
+def test_the_grading_seeds_catch_a_rate_overfit_to_the_practice_seeds():
+    """The reference's configuration at the highest rate its search found, without its margin, keeps the
+    SLO on every practice seed and must fail on an unseen one: else the unseen seeds test nothing."""
+    config, rate = answer_of(reference.capstone)
+    edge = rate / (1 - reference.MARGIN)
+    result = grade((config, edge), rate)
+    assert result.rate_failure is None and result.slo_failure is not None, (
+        f"the grading seeds no longer catch an answer at the practice seeds' edge ({edge:.1f} req/s): "
+        "add grading seeds or re-measure the reference's margin")
+    assert RATE_SHARE * edge > rate, "the reference's margin is so wide that overfitting would pass the rate rule"
+
+
+@pytest.mark.parametrize("answer,rule", [
+    (None, "return a pair (config, rate)"),
+    (({"max_num_seqs": 64}, "fast"), "the rate must be a finite number"),
+    (({"max_num_seqs": 64}, float("inf")), "the rate must be a finite number"),
+    (({"max_num_seqs": 64}, 0.0), "the rate must be a finite number"),
+    ((("max_num_seqs", 64), 20.0), "must be a dict of EngineConfig overrides"),
+    (({"num_blocks": 100_000}, 20.0), "sets num_blocks: the problem fixes those"),
+    (({"step_cost": None, "simulate": True}, 20.0), "sets simulate, step_cost: the problem fixes those"),
+    (({"max_num_seqs": 0}, 20.0), "not a valid EngineConfig: EngineConfig.max_num_seqs=0 is invalid"),
+    (({"max_num_sequences": 64}, 20.0), "sets max_num_sequences"),
+])
+def test_the_grader_refuses_answers_it_cannot_run(answer, rule):
+    result = grade(answer, reference_rate=20.0)
+    assert not result.passed and rule in (result.answer_error or ""), result

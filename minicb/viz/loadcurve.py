@@ -8,16 +8,18 @@ from __future__ import annotations
 import dataclasses
 
 from minicb.hardware import HardwarePreset
+from minicb.parts import EngineParts
 from minicb.viz.figures import image_figure
 from minicb.viz.playground import PlaygroundSettings, playground_run
 
 
-def load_curve(settings: PlaygroundSettings, preset: HardwarePreset, rates: list[float]) -> list[dict]:
+def load_curve(settings: PlaygroundSettings, preset: HardwarePreset, rates: list[float],
+               parts: EngineParts | None = None) -> list[dict]:
     """One point per arrival rate (req/s): p99 TTFT and ITL (s), goodput (req/s within the SLO), how many
     were served and rejected, and the SLO's targets, so that a point list plots on its own."""
     points = []
     for rate in sorted(rates):
-        r = playground_run(dataclasses.replace(settings, rate=rate), preset)
+        r = playground_run(dataclasses.replace(settings, rate=rate), preset, parts)
         points.append({"rate": rate, "ttft_p99_s": r.summary["ttft"]["p99"], "itl_p99_s": r.summary["itl"]["p99"],
                        "goodput_rps": r.goodput_rps, "served": r.summary["served"],
                        "rejected": r.summary["requests"] - r.summary["served"],

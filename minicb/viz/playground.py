@@ -24,6 +24,7 @@ from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.hardware import PRESETS, HardwarePreset
 from minicb.metrics import summarize
+from minicb.parts import EngineParts
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 from minicb.slo import SloTarget
@@ -156,13 +157,15 @@ def goodput(outputs: list[RequestOutput], slo: SloTarget) -> tuple[int, float]:
     return good, good / span if span > 0 else math.nan
 
 
-def playground_run(settings: PlaygroundSettings, preset: HardwarePreset) -> PlaygroundResult:
-    """Simulate the settings' workload on the preset's hardware."""
+def playground_run(settings: PlaygroundSettings, preset: HardwarePreset,
+                   parts: EngineParts | None = None) -> PlaygroundResult:
+    """Simulate the settings' workload on the preset's hardware; parts: a lesson's engine parts (the
+    learner's code), None for minicb's own."""
     start = time.perf_counter()
     config = engine_config(settings, preset)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        engine = LLMEngine(config)
+        engine = LLMEngine(config, parts)
     outputs = serve(engine, *playground_workload(settings))
     summary = summarize(outputs, engine.trace)
     within, rate = goodput(outputs, settings.slo)
@@ -345,10 +348,11 @@ class Playground:
     redraws. Headless, set `controls[name].value` and read `.html`; `pin()` keeps the current run for comparison."""
 
     def __init__(self, presets: dict[str, HardwarePreset] | None = None, num_requests: int = 500,
-                 slo: SloTarget = SloTarget(), seed: int = 0):
+                 slo: SloTarget = SloTarget(), seed: int = 0, parts: EngineParts | None = None):
         import ipywidgets as w   # here, not at the top: `import minicb.viz` must work without it
 
         self.presets = presets or PRESETS
+        self.parts = parts   # a lesson's parts, so the playground runs the learner's code too
         # The controls start at the defaults; what no control changes is fixed here.
         base = self.fixed = PlaygroundSettings(num_requests=num_requests, slo=slo, seed=seed)
         first = next(iter(self.presets))
@@ -427,7 +431,7 @@ class Playground:
         self.controls["chunk_tokens"].disabled = not self.controls["chunked_prefill"].value
         self.status.value = "simulating…"
         try:
-            self.current = playground_run(self.settings, self.presets[self.preset.value])
+            self.current = playground_run(self.settings, self.presets[self.preset.value], self.parts)
         except ValueError as e:   # EngineConfig's checks say what to change
             self.status.value = ""
             self.view.value = f'<div class="minicb-playground-error" style="color:{WORSE}">{html.escape(str(e))}</div>'

@@ -90,9 +90,9 @@ def test_the_controls_cover_every_setting_and_sliders_wait_for_release(widget):
 def test_another_preset_loads_its_pool_and_runs_once(monkeypatch):
     runs = []
 
-    def counted(settings, preset):
+    def counted(settings, preset, parts=None):
         runs.append(settings)
-        return playground_run(settings, preset)
+        return playground_run(settings, preset, parts)
 
     monkeypatch.setattr(pg_module, "playground_run", counted)
     small = dataclasses.replace(CPU, name="small pool", num_blocks=300)

@@ -44,18 +44,16 @@ def test_lesson08_task1_the_answer_is_a_configuration_and_a_rate():
 
 
 def test_lesson08_task1_your_rate_keeps_the_slo_on_unseen_seeds():
-    valid_answer()
-    result = graded()
-    assert result.slo_failure is None, (
-        f"rule 2: {result.slo_failure}. Every one of the {len(GRADING_SEEDS)} unseen seeds must meet it: "
+    slo_failure = graded().slo_failure
+    assert slo_failure is None, (
+        f"rule 2: {slo_failure}. Every one of the {len(GRADING_SEEDS)} unseen seeds must meet it: "
         "answer with a safety margin below the highest rate you found on the practice seeds")
 
 
 def test_lesson08_task1_your_rate_is_at_least_90_percent_of_the_references():
-    valid_answer()
-    result = graded()
-    assert result.rate_failure is None, (
-        f"rule 3: {result.rate_failure}. Tune the configuration (lesson 07's knobs) until its highest rate is "
+    rate_failure = graded().rate_failure
+    assert rate_failure is None, (
+        f"rule 3: {rate_failure}. Tune the configuration (lesson 07's knobs) until its highest rate is "
         "higher, or search closer to it")
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from minicb.engine import LLMEngine
 from minicb.metrics import summarize
 from minicb.parts import EngineParts
+from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 
@@ -53,6 +54,27 @@ def slo_workload(n: int = 400, rate: float = 40.0, long_every: int = 10, seed: i
             for p, k, t in zip(prompts, lengths, times)]
 
 
+def goodput(outputs: list[RequestOutput], target: SloTarget) -> tuple[int, float]:
+    """(requests served within the SLO, those per second): a request counts when its TTFT and its
+    longest inter-token gap are within the p99 targets; the rate is over the span from the first
+    arrival to the last result."""
+    served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
+    if not served:
+        return 0, 0.0
+    good = sum(o.metrics.ttft <= target.ttft_p99_s and max(o.metrics.itl, default=0.0) <= target.itl_p99_s
+               for o in served)
+    span = max(o.metrics.finished_time for o in served) - min(o.metrics.arrival_time for o in outputs)
+    return good, good / span if span > 0 else math.nan
+
+
+def meets(summary: dict, target: SloTarget) -> bool:
+    """The verdict on a run's summary (minicb.metrics.summarize): p99 TTFT and p99 ITL within the
+    targets, and no more than the allowed share turned away."""
+    rejected = summary["requests"] - summary["served"]
+    return (summary["ttft"]["p99"] <= target.ttft_p99_s and summary["itl"]["p99"] <= target.itl_p99_s
+            and rejected <= target.max_rejected_fraction * summary["requests"])
+
+
 def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[WorkloadRequest] | None = None,
               num_blocks: int = 2048, parts: EngineParts | None = None) -> SloReport:
     """Run the workload on the simulator with these EngineConfig overrides and judge the result.
@@ -60,14 +82,8 @@ def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[Work
     engine = LLMEngine(device="cpu", simulate=True, num_blocks=num_blocks, parts=parts, **config)
     outputs = run_workload(engine, workload or slo_workload(), progress=False)
     summary = summarize(outputs, engine.trace)
-    served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
-    if not served:   # e.g. max_waiting=0 turns everyone away: no latency to measure, and the SLO is missed
+    if summary["served"] == 0:   # e.g. max_waiting=0 turns everyone away: no latency to measure, and the SLO is missed
         return SloReport(0, len(outputs), math.inf, math.inf, 0.0, False)
-    good = [o for o in served if o.metrics.ttft <= target.ttft_p99_s
-            and max(o.metrics.itl, default=0.0) <= target.itl_p99_s]
-    span = max(o.metrics.finished_time for o in served) - min(o.metrics.arrival_time for o in outputs)
-    rejected = len(outputs) - len(served)
-    ttft_p99, itl_p99 = summary["ttft"]["p99"], summary["itl"]["p99"]
-    met = (ttft_p99 <= target.ttft_p99_s and itl_p99 <= target.itl_p99_s
-           and rejected <= target.max_rejected_fraction * len(outputs))
-    return SloReport(len(served), rejected, ttft_p99, itl_p99, len(good) / span, met)
+    _, rate = goodput(outputs, target)
+    return SloReport(summary["served"], summary["requests"] - summary["served"], summary["ttft"]["p99"],
+                     summary["itl"]["p99"], rate, meets(summary, target))

@@ -27,7 +27,7 @@ from minicb.metrics import summarize
 from minicb.parts import EngineParts
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
-from minicb.slo import SloTarget
+from minicb.slo import SloTarget, goodput, meets
 from minicb.trace import DECODE, PREFILL, Trace
 from minicb.viz.draw import EMPTY_FILL, PALETTE, darker, svg, text
 from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths
@@ -145,18 +145,6 @@ class PlaygroundResult:
         return out
 
 
-def goodput(outputs: list[RequestOutput], slo: SloTarget) -> tuple[int, float]:
-    """(requests served within the SLO, those per second), as grade_slo counts them: TTFT and the
-    longest inter-token gap within the p99 targets, over the span from the first arrival to the last result."""
-    served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
-    good = sum(o.metrics.ttft <= slo.ttft_p99_s and max(o.metrics.itl, default=0.0) <= slo.itl_p99_s
-               for o in served)
-    if not served:
-        return 0, 0.0
-    span = max(o.metrics.finished_time for o in served) - min(o.metrics.arrival_time for o in outputs)
-    return good, good / span if span > 0 else math.nan
-
-
 def playground_run(settings: PlaygroundSettings, preset: HardwarePreset,
                    parts: EngineParts | None = None) -> PlaygroundResult:
     """Simulate the settings' workload on the preset's hardware; parts: a lesson's engine parts (the
@@ -169,12 +157,10 @@ def playground_run(settings: PlaygroundSettings, preset: HardwarePreset,
     outputs = serve(engine, *playground_workload(settings))
     summary = summarize(outputs, engine.trace)
     within, rate = goodput(outputs, settings.slo)
-    rejected = summary["requests"] - summary["served"]
     steps = engine.trace.steps
     return PlaygroundResult(
         settings=settings, preset=preset, summary=summary, within_slo=within, goodput_rps=rate,
-        slo_met=(summary["ttft"]["p99"] <= settings.slo.ttft_p99_s and summary["itl"]["p99"] <= settings.slo.itl_p99_s
-                 and rejected <= settings.slo.max_rejected_fraction * summary["requests"]),
+        slo_met=meets(summary, settings.slo),
         peak_blocks_used=max((r.blocks_used for r in steps), default=0), num_blocks=config.num_blocks or 0,
         block_size=config.block_size,
         preemptions=sum(o.metrics.num_preemptions for o in outputs), swaps=sum(len(r.swapped_out) for r in steps),

@@ -174,10 +174,10 @@ def bench_end_to_end(models: dict[str, Path], requests: int, seats: int, dtype: 
     lengths = [w.params.max_tokens for w in work]
     rows = []
     for name, path in tqdm(models.items(), desc="end to end"):
-        walls = {"minicb triton": run_minicb(prompts, lengths, seats, path, DEVICE, dtype, "triton"),
-                 "minicb torch": run_minicb(prompts, lengths, seats, path, DEVICE, dtype, "torch"),
-                 "HF continuous batching": run_hf_continuous(prompts, lengths, seats, path, DEVICE, dtype)}
-        for engine, wall in walls.items():
+        runs = {"minicb triton": run_minicb(prompts, lengths, seats, path, DEVICE, dtype, "triton"),
+                "minicb torch": run_minicb(prompts, lengths, seats, path, DEVICE, dtype, "torch"),
+                "HF continuous batching": run_hf_continuous(prompts, lengths, seats, path, DEVICE, dtype)}
+        for engine, (wall, _) in runs.items():
             rows.append({"model": name, "engine": engine, "requests": requests, "seats": seats,
                          "useful_tokens": sum(lengths), "wall_s": round(wall, 2),
                          "useful_tok_per_s": round(sum(lengths) / wall, 1)})

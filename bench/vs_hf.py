@@ -15,6 +15,7 @@ import json
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -22,17 +23,36 @@ from minicb import BARD_PATH, LLM
 from minicb.workload import make_workload
 
 
-def hf_model(path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32"):
-    from transformers import AutoModelForCausalLM
+class Run(NamedTuple):
+    wall_s: float
+    steps: int   # forward passes: one per engine step (HF's are counted by a hook on the model)
 
+
+def hf_model(path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32"):
+    """The checkpoint as HF runs it, counting its forward passes in `model.forward_calls`."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()   # the weights load in milliseconds; a bar per load is noise
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
-                                                    attn_implementation="sdpa").to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                                     attn_implementation="sdpa").to(device).eval()
+    # Every run here is greedy. Bard's stored defaults sample (temperature 0.8), and HF warns that a greedy
+    # config inheriting a temperature ignores it, so the benchmark starts from greedy defaults instead.
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(do_sample=False, bos_token_id=saved.bos_token_id,
+                                               eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id)
+    model.forward_calls = 0
+
+    def count(*_):
+        model.forward_calls += 1
+    model.register_forward_pre_hook(count)
+    return model
 
 
 def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
-               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch") -> float:
+               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch") -> Run:
     from minicb import SamplingParams
 
     llm = LLM(str(path), device=device, dtype=dtype, attn_backend=attn_backend, max_num_seqs=seats,
@@ -42,10 +62,10 @@ def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: P
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
     assert [len(o.outputs[0].token_ids) for o in outs] == lengths
-    return wall
+    return Run(wall, llm.engine.trace.num_steps)
 
 
-def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int) -> float:
+def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int) -> Run:
     from transformers import GenerationConfig
 
     model = hf_model()
@@ -55,15 +75,16 @@ def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_
         width = max(map(len, batch))
         ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        # min_new_tokens holds EOS back, so every batch runs to its longest member's length.
         config = GenerationConfig(max_new_tokens=max(want), min_new_tokens=max(want), do_sample=False,
-                                  eos_token_id=-1, pad_token_id=pad_id)
+                                  eos_token_id=model.generation_config.eos_token_id, pad_token_id=pad_id)
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    return time.perf_counter() - start
+    return Run(time.perf_counter() - start, model.forward_calls)
 
 
 def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
-                      device: str = "cpu", dtype: str = "float32") -> float:
+                      device: str = "cpu", dtype: str = "float32") -> Run:
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -86,7 +107,7 @@ def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int, 
     finally:
         manager.stop(block=True)
     assert [got[f"r{i}"] for i in range(len(prompts))] == lengths
-    return wall
+    return Run(wall, model.forward_calls)
 
 
 def main() -> None:
@@ -103,16 +124,18 @@ def main() -> None:
     prompts = [tok(w.prompt)["input_ids"] for w in work]
     lengths = [w.params.max_tokens for w in work]
     useful = sum(lengths)
-    walls = {"minicb continuous": run_minicb(prompts, lengths, args.seats),
-             "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id),
-             "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats)}
-    rows = {name: {"wall_s": round(w, 2), "useful_tok_per_s": round(useful / w, 1)} for name, w in walls.items()}
+    runs = {"minicb continuous": run_minicb(prompts, lengths, args.seats),
+            "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id),
+            "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats)}
+    rows = {name: {"wall_s": round(r.wall_s, 2), "steps": r.steps, "ms_per_step": round(1e3 * r.wall_s / r.steps, 2),
+                   "useful_tok_per_s": round(useful / r.wall_s, 1)} for name, r in runs.items()}
     base = rows["minicb continuous"]["useful_tok_per_s"]
     print(f"{args.requests} requests, {useful} useful tokens, seats={args.seats}, "
           f"torch threads={torch.get_num_threads()}")
-    print(f"{'engine':32s} {'wall s':>8s} {'tok/s':>9s} {'minicb / this':>14s}")
+    print(f"{'engine':32s} {'wall s':>8s} {'steps':>6s} {'ms/step':>8s} {'tok/s':>9s} {'minicb / this':>14s}")
     for name, r in rows.items():
-        print(f"{name:32s} {r['wall_s']:8.2f} {r['useful_tok_per_s']:9.1f} {base / r['useful_tok_per_s']:14.2f}")
+        print(f"{name:32s} {r['wall_s']:8.2f} {r['steps']:6d} {r['ms_per_step']:8.2f} {r['useful_tok_per_s']:9.1f} "
+              f"{base / r['useful_tok_per_s']:14.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"requests": args.requests, "seats": args.seats, "useful_tokens": useful,
                                     "lengths": lengths, "engines": rows}, indent=2) + "\n")

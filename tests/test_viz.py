@@ -296,6 +296,17 @@ def test_a_figure_shows_as_a_picture_in_jupyter():
     assert data["image/png"].startswith(b"\x89PNG"), "the figure has no PNG for Jupyter to show"
 
 
+def test_a_widget_says_in_words_what_it_is_where_it_cannot_be_drawn(static, continuous):
+    """A saved notebook shows a widget's text form until its kernel runs: a sentence, not the box's repr."""
+    from IPython.core.formatters import DisplayFormatter
+
+    for widget in (SeatOccupancy(static), Timeline(continuous)):
+        data, _ = DisplayFormatter().format(widget)
+        assert "application/vnd.jupyter.widget-view+json" in data, "Jupyter draws the widget itself"
+        name = type(widget).__name__
+        assert data["text/plain"] == f"[{name}: an interactive widget. Run this cell in JupyterLab to see it.]"
+
+
 def test_importing_the_views_needs_no_widget_or_plot_library():
     for path in Path("minicb/viz").glob("*.py"):
         top = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,10 @@ def execute(path: Path, timeout: int = 600):
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+    # As JupyterLab writes them when the lesson opens (nbclient has set language_info): stored any other
+    # way, opening a lesson would mark it modified before the learner has done anything.
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    nb.metadata.kernelspec = {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
     return nb
 
 

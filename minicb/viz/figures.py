@@ -1,4 +1,4 @@
-"""Matplotlib figures that Jupyter shows as pictures.
+"""What Jupyter shows: matplotlib figures as pictures, and widgets with a text form a reader understands.
 
 The views build figures with matplotlib.figure.Figure, not pyplot, so that no global state is kept
 and a figure is shown once, where it is returned. A bare Figure has no picture of its own, though:
@@ -28,3 +28,13 @@ def _image_figure_class() -> type:
 def image_figure(**figure_args: Any):
     """A matplotlib Figure(**figure_args) that Jupyter displays as a PNG."""
     return _image_figure_class()(**figure_args)
+
+
+def widget_bundle(owner: object, box, **kwargs) -> dict:
+    """`box`'s display bundle, with a sentence for its text form. Where the widget cannot be drawn (a
+    saved notebook before its kernel runs, a terminal) the reader sees what it is and how to see it,
+    not "VBox(children=(HBox(children=(Play(..."."""
+    bundle = box._repr_mimebundle_(**kwargs)
+    bundle["text/plain"] = (f"[{type(owner).__name__}: an interactive widget. Run this cell in JupyterLab "
+                            "to see it.]")
+    return bundle

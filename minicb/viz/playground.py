@@ -30,6 +30,7 @@ from minicb.sampling import SamplingParams
 from minicb.slo import SloTarget, goodput, meets
 from minicb.trace import DECODE, PREFILL, Trace
 from minicb.viz.draw import EMPTY_FILL, PALETTE, darker, svg, text
+from minicb.viz.figures import widget_bundle
 from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths
 
 MAX_OUTPUT_TOKENS = 256            # the longest reply any length distribution draws
@@ -461,4 +462,4 @@ class Playground:
         return self.view.value
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self, self.widget, **kwargs)

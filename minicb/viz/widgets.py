@@ -13,11 +13,13 @@ from typing import Callable
 
 from minicb.trace import Trace
 from minicb.viz import export
+from minicb.viz.figures import widget_bundle
 from minicb.viz.kvblocks import kv_frame, render_kv_blocks
 from minicb.viz.seats import render_seats, seat_frame
 from minicb.viz.timeline import render_timeline
 
 Render = Callable[[Trace, int], str]
+
 
 
 class Player:
@@ -64,7 +66,7 @@ class Player:
         return [view.value for view in self.views]
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self, self.widget, **kwargs)
 
     def save_html(self, path: str) -> None:
         """One self-contained page that plays every step, no kernel needed."""

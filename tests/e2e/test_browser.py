@@ -8,6 +8,9 @@ widgets draw (data-* attributes and the .minicb-counters text) at several moment
 one-cell notebook the test writes under build/e2e/: it picks another value in a dropdown, pins a run, ticks a
 checkbox, and reads the figures the kernel sends back.
 
+It also checks what a learner sees before running anything: every lesson opens without being marked
+modified, and the figure helpers show pictures, not the text form of a matplotlib Figure.
+
 Needs Debian's /usr/bin/chromium (or MINICB_CHROMIUM) and the playwright package (`make e2e-deps`);
 without either it skips at once. Screenshots and the server log go to build/e2e/.
 """
@@ -155,6 +158,7 @@ class Lesson:
         self.page.set_default_timeout(30_000)
         self.errors: list[str] = []
         self.console: list[str] = []
+        self.ran = False
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("console", lambda m: self.console.append(m.text) if m.type == "error" else None)
         path = Path(notebook).resolve().relative_to(REPO).as_posix()
@@ -169,6 +173,7 @@ class Lesson:
         page.get_by_text(re.compile(r"^Python 3 \(ipykernel\) \| Idle$")).wait_for(timeout=90_000)
         page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
         page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        self.ran = True
         page.wait_for_selector(f".jp-OutputArea-output {widget_selector}", timeout=RUN_ALL_TIMEOUT_MS)
         page.wait_for_function(
             "() => ![...document.querySelectorAll('.jp-InputPrompt')].some(e => e.textContent.includes('*'))",
@@ -184,8 +189,9 @@ class Lesson:
         errors = self.page.locator("[data-mime-type='application/vnd.jupyter.error']")
         if errors.count():
             problems.append("a cell raised:\n" + errors.first.inner_text()[-2000:])
-        # Without a widget manager a widget falls back to its text repr, e.g. "VBox(children=(...".
-        if re.search(r"^VBox\(children=", body, re.MULTILINE):
+        # Without a widget manager a widget falls back to its text form: ipywidgets' "VBox(children=(...", or
+        # minicb's "[SeatOccupancy: an interactive widget. ...]" (which the stored outputs show, before a run).
+        if re.search(r"^(VBox\(children=|\[\w+: an interactive widget)", body, re.MULTILINE) and self.ran:
             problems.append("a widget shown as text: no widget manager in the page")
         assert not (problems + self.errors), "\n".join(problems + self.errors)
 
@@ -359,3 +365,40 @@ def test_playground_reruns_when_a_control_moves(lab, browser):
         assert both["pinned"] == fixed, "the pinned column keeps the figures of the run that was pinned"
         assert set(both["current"]) == set(fixed)
         lesson.screenshot(".minicb-playground", "playground_pinned.png")
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+def test_opening_a_lesson_leaves_it_unmodified(lab, browser, notebook):
+    """Opening a lesson and starting its kernel must not dirty it: no 'save your changes?' on close,
+    and nothing for git to show. (The kernel's language_info, missing cell ids or an old nbformat
+    would each be written into the notebook as it opens.)"""
+    with open_lesson(browser, lab, NOTEBOOKS / notebook) as lesson:
+        page = lesson.page
+        page.get_by_text(re.compile(r"^Python 3 \(ipykernel\) \| Idle$")).wait_for(timeout=90_000)
+        page.wait_for_timeout(1_000)   # metadata from the kernel's info reply lands just after "Idle"
+        tab = page.locator(".lm-TabBar-tab.jp-mod-current", has_text=notebook)
+        assert tab.count() == 1, f"the lesson's tab is open: {page.locator('.lm-TabBar-tab').all_inner_texts()}"
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), \
+            f"{notebook} is marked modified as soon as it opens"
+
+
+def test_figures_show_as_pictures(lab, browser):
+    """The helpers that return a matplotlib figure (latency_cdf, plot_load_curve) show a PNG in the
+    notebook, not "<Figure size 550x340 with 1 Axes>"."""
+    notebook = write_notebook(BUILD / "figures.ipynb", "\n".join([
+        "from minicb import LLMEngine",
+        "from minicb.hardware import PRESETS",
+        "from minicb.viz import PlaygroundSettings, latency_cdf, load_curve, plot_load_curve",
+        "from minicb.workload import make_workload, run_workload",
+        "engine = LLMEngine(device='cpu', simulate=True, max_num_seqs=8)",
+        "display(latency_cdf(run_workload(engine, make_workload(24, seed=0), progress=False), labels=['sim']))",
+        "cpu = next(iter(PRESETS.values()))",
+        "plot_load_curve(load_curve(PlaygroundSettings(num_requests=40), cpu, rates=[5, 20]))"]))
+    with open_lesson(browser, lab, notebook) as lesson:
+        lesson.run_all("img")
+        outputs = lesson.page.locator(".jp-OutputArea-output")
+        pictures = lesson.page.locator(".jp-OutputArea-output img[src^='data:image/png']")
+        assert pictures.count() == 2, f"two PNG figures, got {pictures.count()}: {outputs.all_inner_texts()}"
+        assert all(pictures.nth(i).evaluate("img => img.naturalWidth") > 100 for i in range(2)), "decoded images"
+        assert not any("<Figure" in t or "Figure size" in t for t in outputs.all_inner_texts()), \
+            "a figure shown as its text form"

@@ -24,6 +24,7 @@ from minicb.costs import CostModel, PreemptionCost, StepCost
 from minicb.engine import LLMEngine
 from minicb.model.config import read_model_config
 from minicb.model.loader import BARD_PATH
+from minicb.parts import EngineParts
 from minicb.workload import WorkloadRequest
 
 GB = 1e9   # datasheets count memory and bandwidth in powers of ten
@@ -240,13 +241,14 @@ def crossover_table(cost: RooflineCost, links: dict[str, float] = HOST_LINKS,
 
 
 def loaded_throughput(preset: HardwarePreset, batching: str, workload: list[WorkloadRequest],
-                      max_num_seqs: int) -> float:
+                      max_num_seqs: int, parts: EngineParts | None = None) -> float:
     """Output tokens per simulated second on `preset` while requests are still waiting: a server's
     throughput under sustained load. The whole workload is queued at once (arrival times are not
     used), and the run stops when the queue empties: the drain that ends a finite workload, a few
-    long requests running alone, never comes under a steady stream of requests."""
+    long requests running alone, never comes under a steady stream of requests. `parts`: a lesson's."""
     engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
-                       block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs, trace_max_steps=0)
+                       block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs, trace_max_steps=0,
+                       parts=parts)
     requests = [engine.make_request(w.prompt, w.params) for w in workload]
     for request in requests:
         engine.queue(request)

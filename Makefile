@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab test demo soak notebooks progress
+.PHONY: lab test demo soak notebooks progress serve
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -35,6 +35,10 @@ notebooks: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m minicb demo --max-tokens 120
+
+# An OpenAI-compatible server on Bard at http://127.0.0.1:8000 (/v1/completions, /metrics); Ctrl-C stops it.
+serve: $(STAMP)
+	$(PY) -m minicb serve
 
 # Where you stand: every course task, done, failing or not started, graded on your exercises/.
 progress: $(STAMP)

@@ -1,5 +1,6 @@
 """`python -m minicb generate|demo`: the course's engine from a terminal, no notebook needed;
-`python -m minicb progress`: where you stand in the course's tasks."""
+`python -m minicb serve`: an OpenAI-compatible server (minicb/api_server.py), and `python -m minicb bench serve`
+to measure one; `python -m minicb progress`: where you stand in the course's tasks."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import sys
 from typing import TextIO
 
 from minicb import course, progress
+from minicb.config import add_cli_args
 from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
@@ -70,6 +72,24 @@ def show_progress(lessons: list[int] | None) -> int:
     return 0
 
 
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="serve the model over HTTP, OpenAI-compatible (/v1/completions, "
+                                         "/v1/chat/completions, /metrics)")
+    serve.add_argument("--model", default=None, help="local Hugging Face model folder (default: the shipped Bard)")
+    serve.add_argument("--served-model-name", default=None,
+                       help="the name clients pass as `model` (default: --model as given, or bard)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s; "
+                                                            "0.0.0.0 for every interface)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
+    serve.add_argument("--shutdown-timeout", type=float, default=30.0,
+                       help="on SIGTERM, seconds the requests in flight get to finish before the rest are aborted "
+                            "(default: %(default)s)")
+    serve.add_argument("--uvicorn-log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug", "trace"],
+                       help="uvicorn's logging; info logs every request (default: %(default)s)")
+    add_cli_args(serve)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m minicb",
                                  description="minicb: continuous batching, built to learn from")
@@ -97,9 +117,26 @@ def main(argv: list[str] | None = None) -> int:
     prog = sub.add_parser("progress", help="every course task: done, failing or not started, and how to check it")
     prog.add_argument("--lesson", type=int, action="append", choices=sorted({t.lesson for t in course.TASKS}),
                       help="only this lesson's tasks (repeat for more; default: all)")
-    args = ap.parse_args(argv)
+    add_serve_parser(sub)
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
+    # Its flags belong to minicb/bench_client.py, which parses the rest of the command line itself.
+    bench.add_parser("serve", add_help=False, help="load a running `minicb serve` and report its latencies")
+    args, rest = ap.parse_known_args(argv)
+    if rest and args.command != "bench":
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "progress":
         return show_progress(args.lesson)
+    if args.command == "serve":
+        from minicb.api_server import serve   # FastAPI and uvicorn load only for the server
+
+        return serve(args)
+    if args.command == "bench":
+        from minicb import bench_client
+
+        bench_parser = argparse.ArgumentParser(prog="python -m minicb bench serve",
+                                               description="benchmark a running minicb (or vLLM) server")
+        bench_client.add_arguments(bench_parser)
+        return bench_client.run(bench_parser.parse_args(rest))
 
     try:
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -1,12 +1,18 @@
 """EngineConfig: every knob of the engine in one place, validated, each with the reason it exists."""
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, get_args, get_type_hints
 
 from minicb.checks import is_finite_number, is_int
 from minicb.costs import CostModel, PreemptionCost
+
+
+CHOICES = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
+           "attn_backend": ("torch", "torch-loop", "triton"), "schedule_priority": ("decode_first", "prefill_first"),
+           "scheduling_policy": ("fcfs", "priority"), "preemption_mode": ("recompute", "swap", "auto")}
 
 
 @dataclass
@@ -56,11 +62,7 @@ class EngineConfig:
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
-        choices = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-                   "attn_backend": ("torch", "torch-loop", "triton"),
-                   "schedule_priority": ("decode_first", "prefill_first"), "scheduling_policy": ("fcfs", "priority"),
-                   "preemption_mode": ("recompute", "swap", "auto")}
-        for name, allowed in choices.items():
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
 
@@ -91,3 +93,39 @@ class EngineConfig:
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "
                              f"{self.batching!r}: a static batch runs whole prompts, first come first served")
+
+
+# Not command-line knobs: the model has its own flag, a cost model is an object, and a simulated
+# server would answer with token ids that were never computed.
+NOT_FLAGS = ("model", "simulate", "step_cost", "preemption_cost")
+
+
+def cli_knobs() -> dict[str, tuple[type, Any]]:
+    """EngineConfig's fields that a command line can set: name -> (type, default)."""
+    hints = get_type_hints(EngineConfig)
+    knobs = {}
+    for f in fields(EngineConfig):
+        kinds = [t for t in (get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
+        if f.name not in NOT_FLAGS and len(kinds) == 1 and kinds[0] in (bool, int, float, str):
+            knobs[f.name] = kinds[0], f.default
+    return knobs
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """One flag per knob, named as the field (and as vLLM names it): max_num_seqs is --max-num-seqs.
+    EngineConfig validates the values, with its own messages."""
+    group = parser.add_argument_group("engine", "EngineConfig's knobs; minicb/config.py says what each does")
+    for name, (kind, default) in cli_knobs().items():
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                               help=f"EngineConfig.{name}")
+        else:
+            group.add_argument(flag, type=kind, default=default, choices=CHOICES.get(name),
+                               metavar=None if name in CHOICES else kind.__name__.upper(),
+                               help=f"EngineConfig.{name} (default: %(default)s)")
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The knobs' values from parsed flags, as keyword arguments for EngineConfig."""
+    return {name: getattr(args, name) for name in cli_knobs()}

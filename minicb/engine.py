@@ -78,6 +78,7 @@ class LLMEngine:
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
         self._next_id = 0
         self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
+        self.num_preemptions = 0   # over the engine's life, for a server's counter (each request counts its own too)
         self.clock = self.runner.clock
 
     # --- requests in -------------------------------------------------------------------------
@@ -115,13 +116,14 @@ class LLMEngine:
             self._hand_back_later(req)
         return req.request_id
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: str = "aborted by the caller") -> None:
+        """reason: what the aborted output's `reason` says, e.g. why a server gave up on the request."""
         req = self.requests.get(request_id)
         if req is None:
             raise KeyError(f"no request with id {request_id!r} is in the engine (a finished request leaves it "
                            "once its result is returned)")
         if not req.status.finished:
-            self.scheduler.abort(req)
+            self.scheduler.abort(req, reason)
             self._hand_back_later(req)
 
     def _hand_back_later(self, req: Request) -> None:
@@ -142,6 +144,7 @@ class LLMEngine:
         start = self.clock()
         out = self.scheduler.schedule()
         self._copy_blocks(out)
+        self.num_preemptions += len(out.preempted)
         for req in out.preempted:
             req.metrics.num_preemptions += 1
             req.metrics.last_preempted_at = start

@@ -28,8 +28,8 @@ class Scheduler(Protocol):
     def add(self, request: Request) -> None:
         """Queue a request, or turn it away at once (status REJECTED, reason set)."""
 
-    def abort(self, request: Request) -> None:
-        """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED)."""
+    def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
+        """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED, `reason` set)."""
 
     def reject_stale(self, now: float) -> list[Request]:
         """Turn away the requests that waited past max_queue_delay_s without starting."""

@@ -76,11 +76,11 @@ class SchedulerBase(ABC):
             req.reason = f"not started within max_queue_delay_s={delay}; the server is overloaded"
         return stale
 
-    def abort(self, request: Request) -> None:
+    def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
         if request.status.finished:
             return
         self._drop(request)
-        request.status, request.reason = RequestStatus.FINISHED_ABORTED, "aborted by the caller"
+        request.status, request.reason = RequestStatus.FINISHED_ABORTED, reason
 
     def kv_usage(self) -> BlockUsage:
         return self.kv.usage()

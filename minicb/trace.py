@@ -77,6 +77,17 @@ class StepRecord:
                 row[name] = value
         return row
 
+    @classmethod
+    def from_row(cls, row: dict) -> "StepRecord":
+        """The inverse of to_row, from its dict or its JSON: a trace that crossed a network (a server's
+        /debug/trace) draws as the engine's own."""
+        values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
+        values["num_seats"] = len(row["seats"])
+        values["seats"] = {seat: (rid, phase) for seat, (rid, phase) in enumerate(row["seats"]) if phase != EMPTY}
+        if row.get("kv_blocks") is not None:
+            values["kv_blocks"] = [tuple(block) for block in row["kv_blocks"]]
+        return cls(**values)
+
 
 @dataclass
 class Trace:

@@ -24,7 +24,7 @@ IGNORE = "# NBVAL_IGNORE_OUTPUT"
 # What makes an output depend on the machine: the clock, versions, and interactive widgets. Simulated
 # times (the simulator's clock) are deterministic, so throughput from `simulate=True` runs may be checked.
 MACHINE_DEPENDENT = r"perf_counter|time\.time\(|\.duration\b|__version__|platform\.|ttft|e2e|queue_time|token_times"
-WIDGETS = r"^(SeatOccupancy|KVBlockMap|Timeline|Playground)\(|latency_cdf\("
+WIDGETS = r"^(SeatOccupancy|KVBlockMap|Timeline|Playground)\(|ServerSeats\(|latency_cdf\("
 
 
 def code_cells(path: Path) -> list[dict]:

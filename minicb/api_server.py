@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing, asynccontextmanager
 
+import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +42,7 @@ from minicb.config import cli_overrides
 from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
                                     parse_request, response_body, sse, usage)
 from minicb.request import RequestOutput
+from minicb.runner import resolve_device
 from minicb.server_metrics import ServerMetrics
 
 RETRY_AFTER_S = 1   # a rejection reflects the queue now; a second later it may have room
@@ -233,6 +236,11 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
+    # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
+    # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
+    # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
+    if resolve_device(args.device).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     try:
         async_llm = AsyncLLM(args.model, **cli_overrides(args))
     except (ValueError, OSError) as err:

@@ -13,11 +13,22 @@ and inspection. Two ways to reserve, which lesson 04 compares:
 
 A second, smaller pool in CPU memory takes the blocks of sequences that are swapped out under
 memory pressure (lesson 06); swap_out/swap_in return the (from, to) block pairs the runner copies.
+
+With prefix caching (EngineConfig.enable_prefix_caching, minicb/prefix_cache.py), a block full of
+computed tokens gets a name, the chain hash of the prefix it ends, and a later sequence with the same
+prefix starts its table with it: a block may then be in several tables, its ref count saying how
+many. A cached block that no table holds is kept, in an LRU, until allocation runs short: the free
+list holds only unnamed blocks, so they go first, and then the least recently used cached blocks are
+evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
+BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
+is ever named and all of this stays empty.
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
+
+from minicb.prefix_cache import block_hashes
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,14 @@ class BlockManager:
         self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
         self.reservation, self.max_model_len = reservation, max_model_len
         self.allocator = allocator(num_blocks, block_size, num_swap_blocks)
+        # Prefix caching's state (empty without it).
+        self.cached: dict[bytes, int] = {}       # chain hash -> the block holding that prefix's last block
+        self.block_hash: dict[int, bytes] = {}   # cached block -> its chain hash (the inverse of cached)
+        self.block_origin: dict[int, tuple[bytes | None, list[int]]] = {}  # cached block -> (parent hash, its
+        #                                                                    token ids), to check its name
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, least recent first
+        self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
+        self._prefix_hit: tuple[str, list[int]] = ("", [])   # (sequence, cached blocks) its allocate starts with
 
     def _reserve(self, reserve_tokens: int) -> int:
         """Tokens to reserve room for: contiguous reservation asks for max_model_len every time."""
@@ -136,22 +155,93 @@ class BlockManager:
     def blocks_to_reserve(self, num_tokens: int, reserve_tokens: int) -> int:
         return blocks_for(max(num_tokens, self._reserve(reserve_tokens)), self.block_size)
 
+    def set_prefix_hit(self, seq_id: str, blocks: list[int]) -> None:
+        """seq_id's next allocate starts its table with these cached blocks (its prompt's prefix hit).
+        Until then can_allocate does not count them as blocks it could evict."""
+        self._prefix_hit = (seq_id, blocks)
+
+    def _spare_evictable(self) -> int:
+        """Cached blocks allocation may evict: every evictable one but those the prefix hit will reuse."""
+        return len(self.evictable) - sum(block in self.evictable for block in self._prefix_hit[1])
+
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
-        return self.allocator.can_allocate(num_tokens, self._reserve(reserve_tokens), keep_free)
+        """With a prefix hit set, num_tokens counts the tokens after the hit's blocks."""
+        # Evictable blocks are as good as free (allocate evicts before the allocator takes); the
+        # allocator, which knows only its free list, sees them as that much less to keep free.
+        return self.allocator.can_allocate(num_tokens, self._reserve(reserve_tokens),
+                                           keep_free - self._spare_evictable())
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
         """Start a sequence's table with slots for num_tokens, and room for at least reserve_tokens
-        (static batching reserves prompt + max_tokens) or max_model_len (contiguous reservation)."""
-        return self.allocator.allocate(seq_id, num_tokens, self._reserve(reserve_tokens))
+        (static batching reserves prompt + max_tokens) or max_model_len (contiguous reservation).
+        After set_prefix_hit(seq_id, blocks) (paged reservation only) the table starts with those
+        cached blocks, and num_tokens counts the tokens after them."""
+        hit_for, hit = self._prefix_hit
+        if hit_for != seq_id or not hit:
+            self._evict(self.blocks_to_reserve(num_tokens, reserve_tokens))
+            table = self.allocator.allocate(seq_id, num_tokens, self._reserve(reserve_tokens))
+            self.cached_upto[seq_id] = 0
+            return table
+        needed = blocks_for(num_tokens, self.block_size)
+        if needed > len(self.free_blocks) + self._spare_evictable():   # checked before taking any
+            raise NoFreeBlocks(f"{seq_id!r} needs {needed} blocks after its prefix hit, "
+                               f"{len(self.free_blocks) + self._spare_evictable()} free or evictable")
+        self._prefix_hit = ("", [])
+        self.allocator.allocate(seq_id, 0)   # an empty table, in the allocator's own bookkeeping
+        for block in hit:
+            if self.ref_counts[block] == 0:
+                del self.evictable[block]
+            self.ref_counts[block] += 1
+        self.tables[seq_id] = hit + self.tables[seq_id]
+        self.num_tokens[seq_id] = len(hit) * self.block_size
+        self.cached_upto[seq_id] = len(hit)
+        return self.append_slots(seq_id, num_tokens)
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
-        return self.allocator.can_append(seq_id, num_new_tokens, keep_free)
+        return self.allocator.can_append(seq_id, num_new_tokens, keep_free - len(self.evictable))
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
+        self._evict(self.new_blocks_needed(seq_id, num_new_tokens))
         return self.allocator.append_slots(seq_id, num_new_tokens)
 
     def free(self, seq_id: str) -> None:
+        free_before = len(self.free_blocks)
         self.allocator.free(seq_id)
+        self.cached_upto.pop(seq_id, None)
+        if self.block_hash:
+            # The allocator gave back, on the right, every block that reached ref count 0: the cached
+            # ones among them move to the LRU.
+            freed = [self.free_blocks.pop() for _ in range(len(self.free_blocks) - free_before)]
+            self._park(freed[::-1])
+
+    def cache_full_blocks(self, seq_id: str, hashes: list[bytes], token_ids: list[int]) -> None:
+        """Name seq_id's blocks that are full of computed tokens: hashes[i] is the chain hash of its
+        block i, token_ids its tokens (at least those blocks'). Each block is offered once; a hash
+        already cached under another block keeps that block (both hold the same K/V)."""
+        table, size = self.tables[seq_id], self.block_size
+        for i in range(self.cached_upto[seq_id], len(hashes)):
+            if hashes[i] not in self.cached:
+                self.cached[hashes[i]], self.block_hash[table[i]] = table[i], hashes[i]
+                self.block_origin[table[i]] = (hashes[i - 1] if i else None, token_ids[i * size:(i + 1) * size])
+        self.cached_upto[seq_id] = max(self.cached_upto[seq_id], len(hashes))
+
+    def _evict(self, needed: int) -> None:
+        """Until the free list has `needed` blocks, evict the least recently used cached block no table
+        holds: it loses its name (its slots will be overwritten) and joins the free list."""
+        while len(self.free_blocks) < needed and self.evictable:
+            block, _ = self.evictable.popitem(last=False)
+            del self.cached[self.block_hash.pop(block)]
+            del self.block_origin[block]
+            self.free_blocks.append(block)
+
+    def _park(self, blocks: list[int]) -> None:
+        """Blocks that just reached ref count 0, in table order: unnamed ones go back on the free list,
+        cached ones join the LRU as the most recently used, a sequence's deepest first, so that its
+        tail (the part least likely shared) is evicted before its beginning, as vLLM does."""
+        self.free_blocks.extend(block for block in blocks if block not in self.block_hash)
+        for block in reversed(blocks):
+            if block in self.block_hash:
+                self.evictable[block] = None
 
     def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
         """Blocks the sequence must add to hold num_new_tokens more tokens."""
@@ -162,7 +252,7 @@ class BlockManager:
         self.num_tokens[seq_id] = num_tokens
         table = self.tables[seq_id]
         while len(table) > max(1, blocks_for(num_tokens, self.block_size)):
-            self._release(table.pop())
+            self._release([table.pop()])
 
     def can_swap_out(self, seq_id: str) -> bool:
         return len(self.tables[seq_id]) <= len(self.free_swap_blocks)
@@ -174,8 +264,8 @@ class BlockManager:
                                f"{len(self.free_swap_blocks)} free")
         table = self.tables.pop(seq_id)
         cpu = [self.free_swap_blocks.popleft() for _ in table]
-        for block in table:
-            self._release(block)
+        self._release(table)   # a shared cached block stays with its other holders: the copy is just its data
+        self.cached_upto.pop(seq_id, None)
         self.swapped[seq_id] = cpu
         return list(zip(table, cpu))
 
@@ -184,22 +274,26 @@ class BlockManager:
         blocks to spare."""
         blocks = len(self.swapped[seq_id])
         growth = max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - blocks)
-        return blocks + growth + keep_free <= len(self.free_blocks)
+        return blocks + growth + keep_free <= len(self.free_blocks) + len(self.evictable)
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
         """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""
         cpu = self.swapped[seq_id]
+        self._evict(len(cpu))
         if len(cpu) > len(self.free_blocks):
             raise NoFreeBlocks(f"{seq_id!r} needs {len(cpu)} blocks to swap in, {len(self.free_blocks)} free")
         del self.swapped[seq_id]
+        # Private blocks, even where the sequence shared cached ones before: offered to the cache again.
         self.tables[seq_id] = [self._take() for _ in cpu]
+        self.cached_upto[seq_id] = 0
         self.free_swap_blocks.extend(cpu)
         return list(zip(cpu, self.tables[seq_id]))
 
     def usage(self) -> BlockUsage:
-        owned = self.num_blocks - len(self.free_blocks)
+        free = len(self.free_blocks) + len(self.evictable)   # a cached block no one holds is free to take
+        owned = self.num_blocks - free
         on_device = sum(n for seq_id, n in self.num_tokens.items() if seq_id in self.tables)
-        return BlockUsage(self.num_blocks, len(self.free_blocks), owned, owned * self.block_size, on_device,
+        return BlockUsage(self.num_blocks, free, owned, owned * self.block_size, on_device,
                           self.num_swap_blocks - len(self.free_swap_blocks))
 
     def block_map(self) -> list[tuple[str | None, int]]:
@@ -224,9 +318,9 @@ class BlockManager:
         both = sorted(held.keys() & free.keys())
         assert not both, (f"blocks {both} are held and free at once: a block leaves the free list when "
                           "taken and comes back only when no table lists it")
-        shared = sorted(block for block, n in held.items() if n > 1)
+        shared = sorted(block for block, n in held.items() if n > 1 and block not in self.block_hash)
         assert not shared, f"blocks {shared} are in two tables at once: a block taken must leave the free list"
-        lost = self.num_blocks - len(held) - len(free)
+        lost = self.num_blocks - len(held) - len(free) - len(self.evictable)
         assert lost == 0, (f"blocks lost: {lost} of {self.num_blocks} are neither free nor held — does free "
                            "give every block of the table back?")
         assert len(self.ref_counts) == self.num_blocks, f"ref_counts needs one entry per block ({self.num_blocks})"
@@ -256,11 +350,38 @@ class BlockManager:
                            "free give a swapped sequence's CPU blocks back?")
         for seq_id, blocks in swapped.items():
             assert len(blocks) * self.block_size >= num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
+        self._check_prefix_cache(held.keys(), free.keys())
 
-    def _release(self, block: int) -> None:
-        self.ref_counts[block] -= 1
-        if self.ref_counts[block] == 0:
-            self.free_blocks.append(block)
+    def _check_prefix_cache(self, held: set[int], free: set[int]) -> None:
+        """Prefix caching's rules: every block is in one place (free list, LRU, or tables), names map
+        both ways, and each name is the chain hash of the tokens the block was named from."""
+        evictable = set(self.evictable)
+        both = sorted(evictable & (held | free))
+        assert not both, f"blocks {both} are evictable and also held or free: one place per block"
+        named = sorted(block for block in free if block in self.block_hash)
+        assert not named, f"blocks {named} are on the free list with a prefix hash: eviction must drop it"
+        unnamed = sorted(evictable - self.block_hash.keys())
+        assert not unnamed, f"blocks {unnamed} are evictable but cached under no hash"
+        assert len(self.cached) == len(self.block_hash) and all(
+            self.block_hash.get(block) == h for h, block in self.cached.items()), "cached and block_hash disagree"
+        for block, h in self.block_hash.items():
+            parent, token_ids = self.block_origin[block]
+            assert block_hashes(token_ids, self.block_size, parent) == [h], (
+                f"block {block}'s prefix hash is not the chain hash of the tokens it was cached with")
+
+    def check_cached_content(self, seq_id: str, token_ids: list[int]) -> None:
+        """Every cached block in seq_id's table was cached with the tokens the sequence has there: a
+        block whose slots were overwritten under its old name fails (a hit would read another prompt)."""
+        size = self.block_size
+        for i, block in enumerate(self.tables.get(seq_id, [])):
+            if block in self.block_origin:
+                assert self.block_origin[block][1] == token_ids[i * size:(i + 1) * size], (
+                    f"{seq_id!r}'s block {i} (block {block}) is cached under other tokens than the sequence's")
+
+    def _release(self, blocks: list[int]) -> None:
+        for block in blocks:
+            self.ref_counts[block] -= 1
+        self._park([block for block in blocks if self.ref_counts[block] == 0])
 
     def _take(self) -> int:
         block = self.free_blocks.popleft()

@@ -49,6 +49,8 @@ class EngineConfig:
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
     kv_cache_memory_mb: float = 256.0   # the KV budget when num_blocks is None
     kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before paging
+    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt's prefix computed before (vLLM's knob).
+    #                                     Off by default, so the earlier lessons' figures stay what they are
 
     simulate: bool = False              # price each step with a cost model instead of running the network
     step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this CPU)
@@ -84,7 +86,8 @@ class EngineConfig:
               "use a finite number of seconds > 0 or None")
         check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
         check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
-        for name in ("enable_chunked_prefill", "simulate", "trace_kv_blocks", "check_kv_invariants"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "trace_kv_blocks",
+                     "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
         check("step_cost", lambda v: v is None or isinstance(v, CostModel),
@@ -93,6 +96,10 @@ class EngineConfig:
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "
                              f"{self.batching!r}: a static batch runs whole prompts, first come first served")
+        if self.enable_prefix_caching and (self.batching != "continuous" or self.kv_reservation != "paged"):
+            raise ValueError(f"enable_prefix_caching needs batching='continuous' and kv_reservation='paged', not "
+                             f"{self.batching!r} and {self.kv_reservation!r}: a cached prefix is shared block by "
+                             "block, as paged continuous batching hands them out")
 
 
 # Not command-line knobs: the model has its own flag, a cost model is an object, and a simulated

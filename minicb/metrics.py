@@ -29,6 +29,7 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
     start = min((x.arrival_time for x in m), default=0.0)
     end = max((x.finished_time for x in m), default=0.0)
     span = end - start
+    prompt_tokens = sum(len(o.prompt_token_ids) for o in served)
     return {
         "requests": len(outputs),
         "served": len(served),
@@ -39,6 +40,8 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "steps": trace.num_steps,   # every step run, those the trace no longer keeps included
         "seat_utilization": trace.seat_utilization,
         "padding_waste": trace.padding_waste,
+        # Prompt tokens served from the prefix cache instead of prefilled (0 without prefix caching).
+        "prefix_cache_hit_rate": sum(o.num_cached_tokens for o in served) / prompt_tokens if prompt_tokens else 0.0,
         "ttft": latency_summary([x.ttft for x in m]),
         "tpot": latency_summary([x.tpot for x in m if x.tpot is not None]),
         "itl": latency_summary([gap for x in m for gap in x.itl]),

@@ -14,6 +14,8 @@ run your code.
     lesson 06  make_room(sched, step) -> the request preempted to free KV blocks
                should_swap(sched, victim) -> swap it (True) or recompute it (False)
     lesson 07  chunk_size(sched, req, step) -> how many of req's tokens run this step
+    lesson 10  block_hashes(token_ids, block_size, parent) -> the chain hash of each full block
+               longest_cached_prefix(hashes, cached) -> how many leading blocks the prefix cache holds
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch
 
 from minicb.batch import FlatBatch, build_flat_batch
 from minicb.block_manager import PagedAllocator
+from minicb.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.request import Request
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.continuous import admit_waiting, schedule_running
@@ -40,3 +43,5 @@ class EngineParts:
     make_room: Callable[..., Request] = make_room
     should_swap: Callable[..., bool] = should_swap
     chunk_size: Callable[..., int] = chunk_size
+    block_hashes: Callable[..., list[bytes]] = block_hashes
+    longest_cached_prefix: Callable[..., int] = longest_cached_prefix

@@ -90,6 +90,11 @@ class Request:
     reason: str | None = None      # why it was rejected, or the error it failed with
     num_computed_tokens: int = 0   # tokens whose K/V are in the cache
     detok_offsets: tuple[int, int] = (0, 0)   # (prefix, read) offsets of incremental detokenisation
+    # Prefix caching: the chain hash of each full block of all_token_ids hashed so far (tokens never
+    # change, so each block is hashed once, preemptions included), and the prompt tokens found in the
+    # cache at its first admission (None until then).
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_cached_tokens: int | None = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -126,6 +131,7 @@ class RequestOutput:
     finished: bool
     metrics: RequestMetrics
     reason: str | None = None   # why it was rejected, or the error it failed with
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of prefilled (vLLM's name)
 
     @classmethod
     def of(cls, req: Request) -> "RequestOutput":
@@ -134,7 +140,7 @@ class RequestOutput:
             text = text[:len(text) - possible_stop_start(text, req.params.stop)]
         return cls(req.request_id, req.prompt, req.prompt_token_ids,
                    [CompletionOutput(text, list(req.output_token_ids), req.finish_reason)],
-                   req.status.finished, req.metrics, req.reason)
+                   req.status.finished, req.metrics, req.reason, req.num_cached_tokens or 0)
 
 
 def possible_stop_start(text: str, stops: list[str]) -> int:

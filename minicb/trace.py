@@ -49,6 +49,8 @@ class StepRecord:
     swapped_out: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
     waiting: int = 0
+    cached_tokens: int = 0                # tokens admitted requests found in the prefix cache (a re-admission's
+    #                                       too), so never prefilled
     kv_blocks: list[tuple[str | None, int]] | None = None  # per block: (owner, tokens in it), if traced
 
     def occupant(self, seat: int) -> tuple[str | None, str]:
@@ -190,7 +192,8 @@ class Trace:
             token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
             admitted=[r.request_id for r in out.admitted], finished=[r.request_id for r in returned],
             preempted=self._pending_preempted, swapped_out=self._pending_swapped_out,
-            swapped_in=[r.request_id for r in out.swapped_in], waiting=waiting, kv_blocks=kv_blocks))
+            swapped_in=[r.request_id for r in out.swapped_in], waiting=waiting,
+            cached_tokens=out.cached_tokens, kv_blocks=kv_blocks))
         self._pending_preempted, self._pending_swapped_out = [], []
 
     @property

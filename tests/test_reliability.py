@@ -3,7 +3,9 @@
 Workloads: arrival steps, prompt and output lengths, priorities, aborts at random steps. Configs:
 continuous, static or padded batching; tiny KV pools, block sizes 1/4/16, recompute, swap (with
 tiny swap pools, so it falls back) or auto preemption, chunked prefill on or off, fcfs or
-priority, decode_first or prefill_first, 1 to 16 seats, small token budgets, a bounded queue.
+priority, decode_first or prefill_first, 1 to 16 seats, small token budgets, a bounded queue,
+prefix caching on or off (some workloads draw their prompts from a few shared prefixes, so that with
+tiny pools cached blocks are shared, evicted and reused all the time).
 After every step the pool's invariants, one state per request, and the seat and token limits must
 hold. At the end nothing may be lost or stuck, every request's result must have come back exactly
 once, every block must be free, and every request's tokens must be a prefix of its solo run (all of
@@ -16,6 +18,8 @@ the real Bard network. `make test` runs the "fast" profile (200 + 10 schedules),
 "soak" one (10,000 + 500); the summary line counts schedules, steps, failing runs and near-ties.
 """
 from __future__ import annotations
+
+import operator
 
 import pytest
 import torch
@@ -57,9 +61,13 @@ def scenarios(draw):
         max_waiting=draw(st.none() | st.integers(0, 8)),
         preemption_mode=draw(st.sampled_from(["recompute", "swap", "auto"])) if continuous else "recompute",
         swap_space_mb=draw(st.sampled_from([0.0, 0.01, 0.05, 1.0])),
-        preemption_cost=CROSSOVER_AT_20_TOKENS)
+        preemption_cost=CROSSOVER_AT_20_TOKENS, enable_prefix_caching=continuous and draw(st.booleans()))
+    # Prompts random, or a shared prefix (ending anywhere: inside a block, at its edge, blocks later) and a tail.
+    prefixes = draw(st.lists(st.lists(st.integers(1, 300), min_size=1, max_size=24), min_size=1, max_size=3))
+    prompt = st.lists(st.integers(1, 300), min_size=1, max_size=40) | st.builds(
+        operator.add, st.sampled_from(prefixes), st.lists(st.integers(1, 300), max_size=16))
     requests = draw(st.lists(st.fixed_dictionaries(dict(
-        arrival_step=st.integers(0, 15), prompt=st.lists(st.integers(1, 300), min_size=1, max_size=40),
+        arrival_step=st.integers(0, 15), prompt=prompt,
         max_tokens=st.integers(1, 30), priority=st.integers(0, 3),
         abort_step=st.none() | st.integers(0, 40))), min_size=1, max_size=12))
     return config, requests

@@ -96,3 +96,5 @@ class SchedulerBase(ABC):
             held = self.kv.num_tokens.get(req.request_id)
             assert held == req.num_computed_tokens, (
                 f"{req.request_id!r} holds KV slots for {held} tokens but has computed {req.num_computed_tokens}")
+            if self.kv.block_origin:
+                self.kv.check_cached_content(req.request_id, req.all_token_ids)

@@ -14,6 +14,12 @@ runs whichever version of each step it was given (EngineParts), in every configu
     should_swap(sched, victim)                lesson 06: recompute or swap it
     chunk_size(sched, req, step)              lesson 07: how many of a request's tokens run this step
 
+With enable_prefix_caching, two more parts name and find cached blocks (lesson 10):
+block_hashes (the chain hash of each full block) and longest_cached_prefix (how much of a prompt the
+cache holds). The head of the queue looks its tokens up before admission asks how many of them
+to run, so a hit counts as computed, and only the rest is prefilled, charged to the token budget and
+given new blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
+
 The steps only decide. Bookkeeping goes through the scheduler (run, start), which checks each
 decision against the rules and says which one broke.
 """
@@ -42,6 +48,8 @@ class SchedulerSteps(Protocol):
     make_room: Callable[[ContinuousScheduler, Step], Request]
     should_swap: Callable[[ContinuousScheduler, Request], bool]
     chunk_size: Callable[[ContinuousScheduler, Request, Step], int]
+    block_hashes: Callable[[list[int], int, bytes | None], list[bytes]]
+    longest_cached_prefix: Callable[[list[bytes], dict[bytes, int]], int]
 
 
 @dataclass
@@ -126,6 +134,7 @@ class ContinuousScheduler(SchedulerBase):
         self._swap_in(step)
         if step.out.preempted or (self.swapped and not self._waiting_goes_first(self.swapped[0])):
             return
+        self._look_up_prefix_of_head()
         blocked = self.parts.admit_waiting(self, step)
         if (blocked is not None and self.config.scheduling_policy == "priority" and self.running
                 and max(self.running, key=rank).priority > blocked.priority and self.chunk_size(blocked, step)):
@@ -158,6 +167,10 @@ class ContinuousScheduler(SchedulerBase):
                            now: float) -> list[Request]:
         """Orca's rule: a request leaves the batch in the step it finishes, not when the batch does."""
         apply_step_results(out, sampled, self.outputs, now)
+        if self.config.enable_prefix_caching:
+            for chunk in out.chunks:
+                if chunk.request.status is not RequestStatus.FINISHED_ERROR:   # its K/V may hold NaNs
+                    self._cache_computed_blocks(chunk.request)
         done = [r for r in self.running if r.status.finished]
         for req in done:
             self.running.remove(req)
@@ -217,12 +230,50 @@ class ContinuousScheduler(SchedulerBase):
             raise ValueError(f"{req.request_id!r} cannot start: all max_num_seqs={self.config.max_num_seqs} seats "
                              "are taken")
         self._check_budget(req, num_tokens, step)
-        self.kv.allocate(req.request_id, num_tokens)
+        self.kv.allocate(req.request_id, num_tokens)   # after its prefix hit's blocks, if it has one
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
         self.running.append(req)
         step.out.admitted.append(req)
+        step.out.cached_tokens += req.num_computed_tokens
+        if req.num_cached_tokens is None:
+            req.num_cached_tokens = req.num_computed_tokens
         self._add_chunk(req, num_tokens, step, prefill=True)
+        self._look_up_prefix_of_head()
+
+    # --- prefix caching -------------------------------------------------------------------------
+
+    def _hashes(self, req: Request, num_blocks: int) -> list[bytes]:
+        """The chain hashes of req's first num_blocks full blocks, hashing only those not hashed before."""
+        known, size = req.block_hashes, self.kv.block_size
+        if len(known) < num_blocks:
+            new = req.all_token_ids[len(known) * size:num_blocks * size]
+            known += self.parts.block_hashes(new, size, known[-1] if known else None)
+        return known[:num_blocks]
+
+    def _look_up_prefix_of_head(self) -> None:
+        """The head of the queue (holding no blocks) counts its cached prefix as computed, and the pool
+        keeps those blocks for its allocation. Looked up again each time it is the head, since blocks
+        are evicted meanwhile. The last known token is never in the hit: it must run to give the next
+        token's logits, so nothing is ever written into a shared block."""
+        if not self.config.enable_prefix_caching or not self.waiting:
+            return
+        req = self.waiting[0]
+        hashes = self._hashes(req, (req.num_tokens - 1) // self.kv.block_size)
+        num_blocks = self.parts.longest_cached_prefix(hashes, self.kv.cached)
+        if (not isinstance(num_blocks, int) or not 0 <= num_blocks <= len(hashes)
+                or any(h not in self.kv.cached for h in hashes[:num_blocks])):
+            raise ValueError(f"longest_cached_prefix gave {num_blocks!r} for {len(hashes)} hashes: it counts the "
+                             "leading hashes that are all in `cached`, 0 .. len(hashes)")
+        blocks = [self.kv.cached[h] for h in hashes[:num_blocks]]
+        self.kv.set_prefix_hit(req.request_id, blocks)
+        req.num_computed_tokens = num_blocks * self.kv.block_size
+
+    def _cache_computed_blocks(self, req: Request) -> None:
+        """req's blocks now full of computed tokens join the prefix cache."""
+        num_full = req.num_computed_tokens // self.kv.block_size
+        if num_full > self.kv.cached_upto[req.request_id]:
+            self.kv.cache_full_blocks(req.request_id, self._hashes(req, num_full), req.all_token_ids)
 
     def _check_budget(self, req: Request, num_tokens: int, step: Step) -> None:
         if num_tokens < 1 or (num_tokens > step.token_budget and not step.is_empty):

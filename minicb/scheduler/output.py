@@ -47,6 +47,7 @@ class SchedulerOutput:
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
     swapped_out: list[Request] = field(default_factory=list)  # preempted by swapping (also in preempted)
     swapped_in: list[Request] = field(default_factory=list)
+    cached_tokens: int = 0   # tokens the requests admitted this step found in the prefix cache (never computed)
     # Every swap of the step, in the order the scheduler decided them. They must run in that order:
     # a request swapped in and out again in one step is copied out of the blocks its swap-in fills,
     # and a block freed by one swap may be the target of the next.

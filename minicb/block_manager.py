@@ -296,13 +296,19 @@ class BlockManager:
         return BlockUsage(self.num_blocks, free, owned, owned * self.block_size, on_device,
                           self.num_swap_blocks - len(self.free_swap_blocks))
 
-    def block_map(self) -> list[tuple[str | None, int]]:
-        """Per device block: (owner, tokens stored in it). Owner None is a free block; an owner with 0
-        tokens is reserved but still empty (contiguous reservation's waste)."""
-        blocks: list[tuple[str | None, int]] = [(None, 0)] * self.num_blocks
+    def block_map(self) -> list[tuple[str | None, int, int]]:
+        """Per device block: (owner, tokens stored in it, tables holding it). Owner None with 0 tokens is a
+        free block, with tokens a cached block no table holds (prefix caching keeps it until evicted); an
+        owner with 0 tokens is reserved but still empty (contiguous reservation's waste); more than one
+        holder is a prefix shared by several sequences (the owner shown is the first that holds it)."""
+        blocks: list[tuple[str | None, int, int]] = [(None, 0, 0)] * self.num_blocks
+        for block in self.evictable:
+            blocks[block] = (None, self.block_size, 0)
         for seq_id, table in self.tables.items():
             for i, block in enumerate(table):
-                blocks[block] = (seq_id, min(self.block_size, max(0, self.num_tokens[seq_id] - i * self.block_size)))
+                if blocks[block][0] is None:
+                    tokens = min(self.block_size, max(0, self.num_tokens[seq_id] - i * self.block_size))
+                    blocks[block] = (seq_id, tokens, self.ref_counts[block])
         return blocks
 
     def check_invariants(self) -> None:

@@ -51,7 +51,7 @@ class StepRecord:
     waiting: int = 0
     cached_tokens: int = 0                # tokens admitted requests found in the prefix cache (a re-admission's
     #                                       too), so never prefilled
-    kv_blocks: list[tuple[str | None, int]] | None = None  # per block: (owner, tokens in it), if traced
+    kv_blocks: list[tuple[str | None, int, int]] | None = None  # per block: (owner, tokens, holders), if traced
 
     def occupant(self, seat: int) -> tuple[str | None, str]:
         """(request id or None, phase) of one seat."""
@@ -167,7 +167,7 @@ class Trace:
 
     def record_step(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
                     context_tokens: int, usage: BlockUsage, waiting: int,
-                    kv_blocks: list[tuple[str | None, int]] | None = None) -> None:
+                    kv_blocks: list[tuple[str | None, int, int]] | None = None) -> None:
         """Record a step that ran: seat its requests, free the seats of those whose results went back
         (`returned`), and keep its StepRecord with the preemptions noted since the last recorded step.
         usage: the pool after the step; waiting: requests queued after it; kv_blocks: the block map, if

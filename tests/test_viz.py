@@ -162,7 +162,7 @@ def test_two_runs_side_by_side_and_the_shorter_holds_its_last_step(static, conti
 
 def kv_counts(record) -> dict[str, int]:
     counts = {"free": 0, "reserved": 0, "used": 0}
-    for owner, tokens in record.kv_blocks:
+    for owner, tokens, _ in record.kv_blocks:
         counts["free" if owner is None else "used" if tokens else "reserved"] += 1
     return counts
 
@@ -177,6 +177,31 @@ def test_kv_map_states_match_the_block_map(continuous, contiguous):
                                            f"reserved-empty {expected['reserved']} · free {expected['free']} blocks")
             for block in elements(html, state="used"):
                 assert trace.steps[k].kv_blocks[int(block["data-block"])][0] == block["data-owner"]
+
+
+def test_kv_map_shows_shared_and_cached_blocks_as_the_pool_holds_them():
+    """With prefix caching, each step's map is checked against the block manager itself: a block in
+    several tables is "shared", a cached block no table holds is "cached", and the caption counts both."""
+    engine = LLMEngine(device="cpu", simulate=True, enable_prefix_caching=True, trace_kv_blocks=True, num_blocks=48,
+                       max_num_seqs=6, max_model_len=700)
+    prefix = list(range(100, 150))   # three full blocks that every request shares
+    for i in range(10):
+        engine.add_request(prefix + [200 + i, 300 + i], SamplingParams(max_tokens=20 + 7 * i, ignore_eos=True),
+                           arrival_time=0.05 * i)
+    seen = set()
+    while engine.has_unfinished_requests():
+        engine.step()
+        kv, k = engine.scheduler.kv, len(engine.trace.steps) - 1
+        html = render_kv_blocks(engine.trace, k)
+        shared = {int(b["data-block"]) for b in elements(html, state="shared")}
+        cached = {int(b["data-block"]) for b in elements(html, state="cached")}
+        assert shared == {b for b in range(kv.num_blocks) if kv.ref_counts[b] > 1}, f"step {k}: shared blocks"
+        assert cached == set(kv.evictable), f"step {k}: cached blocks that no table holds"
+        for state, blocks in (("shared", shared), ("cached", cached)):
+            if blocks:
+                assert f"{state} {len(blocks)}" in counters_text(html), f"step {k}: the caption counts {state}"
+                seen.add(state)
+    assert seen == {"shared", "cached"}, "the run shows both states"
 
 
 def test_contiguous_reservation_shows_reserved_empty_blocks_and_paged_does_not(continuous, contiguous):

@@ -85,7 +85,7 @@ class SchedulerBase(ABC):
     def kv_usage(self) -> BlockUsage:
         return self.kv.usage()
 
-    def kv_block_map(self) -> list[tuple[str | None, int]]:
+    def kv_block_map(self) -> list[tuple[str | None, int, int]]:
         return self.kv.block_map()
 
     def check_invariants(self) -> None:

@@ -108,7 +108,7 @@ def render_images(frame: Frame, traces: list[Trace], steps: list[int], titles: S
 
     shapes = [frame(t, 0)[1:3] for t in traces]   # rows and columns do not change over a run
     sizes = [(max(1, min(12, 480 // cols)), max(2, min(12, 240 // rows))) for rows, cols in shapes]
-    panel_w = [max(cols * cw, 340) for (_, cols), (cw, _) in zip(shapes, sizes)]
+    panel_w = [max(cols * cw, 480) for (_, cols), (cw, _) in zip(shapes, sizes)]   # room for a caption
     height = max(rows * ch for (rows, _), (_, ch) in zip(shapes, sizes))
     fw, fh = sum(panel_w) + 12 * (len(traces) + 1), height + 48
     fig = Figure(figsize=(fw / 100, fh / 100), dpi=100)

@@ -49,6 +49,8 @@ class ServingStats:
     num_preemptions: int = 0
     prompt_tokens: int = 0             # counted once a request's prompt is prefilled (its first token)
     generation_tokens: int = 0
+    prefix_cache_queries: int = 0      # prompt tokens looked up in the prefix cache (vLLM's counter), once per request
+    prefix_cache_hits: int = 0         # of those, the tokens found there: hits / queries is the hit rate
     finished: Counter = field(default_factory=Counter)   # finish reason -> requests, aborted and rejected too
 
 
@@ -229,6 +231,9 @@ class AsyncLLM:
         seen = self._tokens_seen.pop(output.request_id, 0)
         if completion.token_ids and not seen:
             self.stats.prompt_tokens += len(output.prompt_token_ids)
+            if self.engine.config.enable_prefix_caching:
+                self.stats.prefix_cache_queries += len(output.prompt_token_ids)
+                self.stats.prefix_cache_hits += output.num_cached_tokens
         self.stats.generation_tokens += len(completion.token_ids) - seen
         if output.finished:
             self.stats.finished[completion.finish_reason] += 1

@@ -37,7 +37,11 @@ class _StatsCollector(Collector):
         for name, doc, value in (
                 ("num_preemptions", "Preemptions (recompute or swap) since start.", s.num_preemptions),
                 ("prompt_tokens", "Prompt tokens prefilled, once per request.", s.prompt_tokens),
-                ("generation_tokens", "Tokens generated.", s.generation_tokens)):
+                ("generation_tokens", "Tokens generated.", s.generation_tokens),
+                ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache (with --enable-prefix-caching).",
+                 s.prefix_cache_queries),
+                ("prefix_cache_hits", "Prompt tokens found in the prefix cache: hits / queries is the hit rate.",
+                 s.prefix_cache_hits)):
             counter = CounterMetricFamily(f"minicb:{name}", doc, labels=["model_name"])
             counter.add_metric(labels, value)
             yield counter

@@ -338,3 +338,15 @@ def test_serve_has_a_flag_per_engine_knob_and_refuses_bad_ones_clearly(capsys):
         assert flag in help_text
     assert main(["serve", "--device", "cpu", "--max-num-seqs", "0"]) == 2
     assert "EngineConfig.max_num_seqs=0 is invalid: use an integer >= 1" in capsys.readouterr().err
+
+
+def test_prefix_cache_hits_are_counted_in_metrics_and_change_no_answer():
+    prompt = list(range(200, 240))   # 40 token ids: 2 full blocks of 16 can be hit, the rest is always computed
+    body = {"prompt": prompt, "max_tokens": 6, "temperature": 0}
+    with start_server("--enable-prefix-caching") as server:
+        first = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+        again = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+        queries = server.metric("minicb:prefix_cache_queries_total")
+        hits = server.metric("minicb:prefix_cache_hits_total")
+    assert again["choices"][0]["text"] == first["choices"][0]["text"], "a hit gives the same greedy answer"
+    assert (queries, hits) == (80, 32), "both prompts are looked up; the second finds its two full blocks"

@@ -3,6 +3,9 @@
 Natural lengths come from the model's own EOS. For controlled sweeps, lengths are drawn from a
 distribution and forced with ignore_eos: fixed (every request the same, like classification),
 uniform, or heavy-tailed (lognormal with the corpus's median 23 and p90 109 tokens).
+
+with_prologue puts a long passage before every prompt, the same one (a system prompt, a shared
+document: what prefix caching saves) or, for contrast, the same words shuffled for each request.
 """
 from __future__ import annotations
 
@@ -19,6 +22,25 @@ from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 
 CORPUS_MEDIAN, CORPUS_P90 = 23, 109
+
+
+# The Prologue of Romeo and Juliet: about 230 of Bard's tokens, read before every speaker line in lesson 10.
+PROLOGUE = """Two households, both alike in dignity,
+In fair Verona, where we lay our scene,
+From ancient grudge break to new mutiny,
+Where civil blood makes civil hands unclean.
+From forth the fatal loins of these two foes
+A pair of star-cross'd lovers take their life;
+Whose misadventured piteous overthrows
+Do with their death bury their parents' strife.
+The fearful passage of their death-mark'd love,
+And the continuance of their parents' rage,
+Which, but their children's end, nought could remove,
+Is now the two hours' traffic of our stage;
+The which if you with patient ears attend,
+What here shall miss, our toil shall strive to mend.
+
+"""
 
 
 @dataclass
@@ -69,6 +91,21 @@ def make_workload(n: int, lengths: str = "natural", rate: float | None = None, s
         params = [SamplingParams(temperature=temperature, max_tokens=k, ignore_eos=True, seed=seed + i)
                   for i, k in enumerate(output_lengths(n, lengths, seed, max_len=max_tokens, **length_args))]
     return [WorkloadRequest(p, sp, t) for p, sp, t in zip(prompts, params, times)]
+
+
+def with_prologue(workload: list[WorkloadRequest], prologue: str = PROLOGUE, shared: bool = True,
+                  seed: int = 0) -> list[WorkloadRequest]:
+    """Each request's text prompt after `prologue`: the same passage for all (shared=True), or its
+    words shuffled per request (shared=False: as long, but no two prompts share a first block)."""
+    rng = random.Random(seed)
+
+    def passage() -> str:
+        if shared:
+            return prologue
+        words = prologue.split()
+        rng.shuffle(words)
+        return " ".join(words) + "\n\n"
+    return [WorkloadRequest(passage() + w.prompt, w.params, w.arrival_time) for w in workload]
 
 
 def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True) -> list[RequestOutput]:

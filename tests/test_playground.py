@@ -16,7 +16,7 @@ from minicb.slo import SloTarget
 from minicb.trace import DECODE, PREFILL
 from minicb.viz import Playground, PlaygroundSettings, knee, load_curve, playground_run, plot_load_curve, render_result
 from minicb.viz.playground import FIGURES, playground_workload, render_seat_strip, serve
-from minicb.workload import run_workload
+from minicb.workload import PROLOGUE, run_workload
 
 CPU = next(iter(PRESETS.values()))
 SMALL = PlaygroundSettings(num_requests=100)   # about a second a run
@@ -129,6 +129,21 @@ def test_long_prompts_and_lengths_follow_the_settings():
     assert {r.params.max_tokens for r in requests} == {32}
     times = [r.arrival_time for r in requests]
     assert times == sorted(times)
+
+
+def test_a_shared_prologue_with_prefix_caching_hits_as_the_engine_counts_it(widget):
+    widget.controls["shared_prologue"].value = True
+    requests, _ = playground_workload(widget.settings)
+    speakers = [r for r in requests if isinstance(r.prompt, str)]
+    assert speakers and all(r.prompt.startswith(PROLOGUE) for r in speakers), "every speaker line after the Prologue"
+    assert shown(widget.html)["prefix_hit_pct"] == 0, "caching is off until its box is ticked"
+    widget.controls["prefix_caching"].value = True
+    engine = LLMEngine(pg_module.engine_config(widget.settings, CPU))
+    assert engine.config.enable_prefix_caching
+    outputs = serve(engine, requests, [0] * len(requests))
+    cached = sum(o.num_cached_tokens for o in outputs) / sum(len(o.prompt_token_ids) for o in outputs)
+    assert shown(widget.html)["prefix_hit_pct"] == pytest.approx(100 * cached) and cached > 0.5
+    widget.controls["shared_prologue"].value = widget.controls["prefix_caching"].value = False
 
 
 def test_seat_strip_counts_every_busy_seat_step():

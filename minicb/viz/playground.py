@@ -31,7 +31,7 @@ from minicb.slo import SloTarget, goodput, meets
 from minicb.trace import DECODE, PREFILL, Trace
 from minicb.viz.draw import EMPTY_FILL, PALETTE, darker, svg, text
 from minicb.viz.figures import widget_bundle
-from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths
+from minicb.workload import PROLOGUE, WorkloadRequest, arrival_times, bard_prompts, output_lengths
 
 MAX_OUTPUT_TOKENS = 256            # the longest reply any length distribution draws
 LONG_PROMPT_TOKENS = (300, 600)    # a long document's prompt length, uniform in this range, as in slo_workload
@@ -45,6 +45,7 @@ class PlaygroundSettings:
     rate: float = 20.0                     # Poisson arrivals, requests per second
     lengths: str = "heavy"                 # output lengths: "fixed" (32), "uniform" (1-256), "heavy" (Bard-like)
     long_prompt_fraction: float = 0.1      # share of requests whose prompt is a 300-600 token document
+    shared_prologue: bool = False          # every speaker line after the same 218-token Prologue (lesson 10)
     num_requests: int = 500
     seed: int = 0
     # The engine.
@@ -61,6 +62,7 @@ class PlaygroundSettings:
     preemption_mode: str = "recompute"     # or "swap", "auto"
     max_waiting: int = 0                   # admission: reject arrivals beyond this queue length; 0: no limit
     max_queue_delay_s: float = 0.0         # admission: reject requests not started within this; 0: no limit
+    prefix_caching: bool = False           # enable_prefix_caching: reuse the KV of a prompt's cached full blocks
     # What counts as served well.
     slo: SloTarget = SloTarget()
 
@@ -68,7 +70,7 @@ class PlaygroundSettings:
 def playground_workload(s: PlaygroundSettings) -> tuple[list[WorkloadRequest], list[int]]:
     """The requests, in arrival order, and each one's priority (all 0 under fcfs)."""
     n, rng = s.num_requests, random.Random(s.seed)
-    prompts: list[str | list[int]] = list(bard_prompts(n, s.seed))
+    prompts: list[str | list[int]] = [PROLOGUE + p if s.shared_prologue else p for p in bard_prompts(n, s.seed)]
     # Token ids from 3 up skip Bard's special tokens, as slo_workload's documents do.
     for i in sorted(rng.sample(range(n), round(s.long_prompt_fraction * n))):
         prompts[i] = [rng.randrange(3, 2000) for _ in range(rng.randint(*LONG_PROMPT_TOKENS))]
@@ -92,7 +94,8 @@ def engine_config(s: PlaygroundSettings, preset: HardwarePreset) -> EngineConfig
         enable_chunked_prefill=s.chunked_prefill, long_prefill_token_threshold=s.chunk_tokens,
         schedule_priority=s.schedule_priority,
         scheduling_policy=s.scheduling_policy, preemption_mode=s.preemption_mode,
-        max_waiting=s.max_waiting or None, max_queue_delay_s=s.max_queue_delay_s or None, seed=s.seed)
+        max_waiting=s.max_waiting or None, max_queue_delay_s=s.max_queue_delay_s or None,
+        enable_prefix_caching=s.prefix_caching, seed=s.seed)
 
 
 def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[int]) -> list[RequestOutput]:
@@ -140,7 +143,8 @@ class PlaygroundResult:
             for q in ("p50", "p99"):
                 out[f"{metric}_{q}_s"] = s[metric][q]
         out |= {"served": s["served"], "rejected": s["requests"] - s["served"],
-                "kv_peak_pct": 100 * self.peak_blocks_used / self.num_blocks, "preemptions": self.preemptions,
+                "kv_peak_pct": 100 * self.peak_blocks_used / self.num_blocks,
+                "prefix_hit_pct": 100 * s["prefix_cache_hit_rate"], "preemptions": self.preemptions,
                 "swaps": self.swaps, "seat_utilization_pct": 100 * s["seat_utilization"], "steps": s["steps"],
                 "duration_s": s["duration_s"]}
         return out
@@ -196,6 +200,7 @@ FIGURES: dict[str, tuple[str, Callable[[float], str], int]] = {
     "e2e_p50_s": ("end-to-end p50", _seconds, -1), "e2e_p99_s": ("end-to-end p99", _seconds, -1),
     "served": ("served", _number, +1), "rejected": ("rejected", _number, -1),
     "kv_peak_pct": ("KV pool at its fullest", _percent, 0),
+    "prefix_hit_pct": ("prompt tokens from the prefix cache", _percent, +1),
     "preemptions": ("preemptions", _number, -1), "swaps": ("of which swapped", _number, 0),
     "seat_utilization_pct": ("seats doing work", _percent, 0),
     "steps": ("steps", _number, 0), "duration_s": ("simulated duration", _seconds, 0),
@@ -230,6 +235,10 @@ def _describe(r: PlaygroundResult) -> str:
              f"{100 * s.long_prompt_fraction:.0f}% long prompts", f"{s.max_num_seqs} seats",
              f"{s.max_num_batched_tokens} tokens/step", f"{r.num_blocks} blocks of {r.block_size}", chunking,
              s.schedule_priority, policy, s.preemption_mode]
+    if s.shared_prologue:
+        parts.insert(3, "a shared prologue")
+    if s.prefix_caching:
+        parts.append("prefix caching")
     if s.max_waiting:
         parts.append(f"max_waiting {s.max_waiting}")
     if s.max_queue_delay_s:
@@ -359,6 +368,7 @@ class Playground:
                                   description="output lengths", **plain),
             "long_prompt_fraction": w.FloatSlider(value=base.long_prompt_fraction, min=0, max=1, step=0.05,
                                                   description="long prompts (share)", **quiet),
+            "shared_prologue": w.Checkbox(value=base.shared_prologue, description="shared prologue", **plain),
             "max_num_seqs": w.IntSlider(value=base.max_num_seqs, min=1, max=256, description="max_num_seqs",
                                         **quiet),
             "max_num_batched_tokens": w.IntSlider(value=base.max_num_batched_tokens, min=16, max=8192, step=16,
@@ -378,6 +388,7 @@ class Playground:
                                              description="priority 0 (share)", **quiet),
             "preemption_mode": w.Dropdown(options=["recompute", "swap", "auto"], value=base.preemption_mode,
                                           description="preemption", **plain),
+            "prefix_caching": w.Checkbox(value=base.prefix_caching, description="prefix caching", **plain),
             "max_waiting": w.BoundedIntText(value=base.max_waiting, min=0, max=10**7,
                                             description="max_waiting (0: off)", **quiet),
             "max_queue_delay_s": w.BoundedFloatText(value=base.max_queue_delay_s, min=0, max=10**4, step=0.1,
@@ -398,7 +409,8 @@ class Playground:
         self.unpin_button.on_click(lambda _: self.unpin())
         c = self.controls
         workload = w.VBox([w.HTML("<b>workload</b>"), c["rate"], c["lengths"], c["long_prompt_fraction"],
-                           w.HTML("<b>KV cache</b>"), c["num_blocks"], c["block_size"], c["preemption_mode"]])
+                           c["shared_prologue"], w.HTML("<b>KV cache</b>"), c["num_blocks"], c["block_size"],
+                           c["preemption_mode"], c["prefix_caching"]])
         engine = w.VBox([w.HTML("<b>scheduler</b>"), c["max_num_seqs"], c["max_num_batched_tokens"],
                          c["chunked_prefill"], c["chunk_tokens"], c["schedule_priority"], c["scheduling_policy"],
                          c["urgent_fraction"], w.HTML("<b>admission</b>"), c["max_waiting"], c["max_queue_delay_s"]])

@@ -4,8 +4,8 @@ Natural lengths come from the model's own EOS. For controlled sweeps, lengths ar
 distribution and forced with ignore_eos: fixed (every request the same, like classification),
 uniform, or heavy-tailed (lognormal with the corpus's median 23 and p90 109 tokens).
 
-with_prologue puts a long passage before every prompt, the same one (a system prompt, a shared
-document: what prefix caching saves) or, for contrast, the same words shuffled for each request.
+with_prologue puts a long passage before every prompt: the same one (a system prompt, a shared
+document: what prefix caching saves), a few in turn, or, for contrast, a shuffle for each request.
 """
 from __future__ import annotations
 
@@ -93,19 +93,21 @@ def make_workload(n: int, lengths: str = "natural", rate: float | None = None, s
     return [WorkloadRequest(p, sp, t) for p, sp, t in zip(prompts, params, times)]
 
 
-def with_prologue(workload: list[WorkloadRequest], prologue: str = PROLOGUE, shared: bool = True,
+def with_prologue(workload: list[WorkloadRequest], num_prologues: int | None = 1, prologue: str = PROLOGUE,
                   seed: int = 0) -> list[WorkloadRequest]:
-    """Each request's text prompt after `prologue`: the same passage for all (shared=True), or its
-    words shuffled per request (shared=False: as long, but no two prompts share a first block)."""
+    """Each request's text prompt after a long passage. num_prologues=1: the same `prologue` for every
+    request (a system prompt, a shared document: what prefix caching saves); k: k passages taken in
+    turn, `prologue` and k - 1 shuffles of its words (k system prompts); None: a shuffle of its own for
+    each request (as long, but no two prompts share a first block)."""
     rng = random.Random(seed)
 
-    def passage() -> str:
-        if shared:
-            return prologue
+    def shuffled() -> str:
         words = prologue.split()
         rng.shuffle(words)
         return " ".join(words) + "\n\n"
-    return [WorkloadRequest(passage() + w.prompt, w.params, w.arrival_time) for w in workload]
+    passages = [prologue] + [shuffled() for _ in range((num_prologues or 1) - 1)]
+    return [WorkloadRequest((passages[i % len(passages)] if num_prologues else shuffled()) + w.prompt,
+                            w.params, w.arrival_time) for i, w in enumerate(workload)]
 
 
 def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True) -> list[RequestOutput]:

@@ -166,7 +166,7 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh
     notes = capsys.readouterr().out.splitlines()
     # lesson=None: every lesson whose parts the engine runs says once that the reference runs them all.
     assert [line.split(" runs ")[0] for line in notes] == ["Lesson 02", "Lesson 03", "Lesson 04", "Lesson 06",
-                                                           "Lesson 07"], notes
+                                                           "Lesson 07", "Lesson 10"], notes
     for task in course.TASKS:
         # Not engine parts: the kernel (Triton only), lessons 07 and 08's answers, and lesson 09's client metrics.
         if task.symbol not in ("paged_decode_attention", "slo_config", "capstone", "stream_metrics"):
@@ -226,6 +226,14 @@ def should_swap(x):
     "lesson07_slo": '''
 def chunk_size(x):
     raise NotImplementedError("Lesson 07, task 1: chunk_size: how many of a request's tokens run this step.")
+''',
+    "lesson10_prefix_cache": '''
+def block_hashes(x):
+    return ("mine", x)
+
+
+def longest_cached_prefix(x):
+    raise NotImplementedError("Lesson 10, task 2: longest_cached_prefix: how many leading blocks the cache holds.")
 ''',
 }
 
@@ -291,6 +299,11 @@ def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
     course.parts("exercises", lesson=6)
     assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: make_room (yours), "
                                        "should_swap (yours)\n")
+    parts = course.parts("exercises", lesson=10)
+    assert capsys.readouterr().out == (
+        "Lesson 10 runs exercises/lesson10_prefix_cache.py: block_hashes (yours), longest_cached_prefix (not written "
+        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson10_task2)\n")
+    assert parts.block_hashes(1) == ("mine", 1) and parts.longest_cached_prefix(1) == ("reference", 1)
 
 
 def test_your_allocator_runs_the_references_methods_where_yours_are_stubs(fake_course, capsys):

@@ -25,9 +25,10 @@ lab: $(STAMP)
 
 # The tests grade the reference solutions (MINICB_IMPL=solutions); tests/test_course.py also runs the
 # exercise tests against the stubs, where each must fail with its own task's message. nbval runs every
-# lesson and compares the outputs it checks with the ones stored in the notebook.
+# lesson and compares the outputs it checks with the ones stored in the notebook: Bard's, so the switches
+# MINICB_MODEL, MINICB_DEVICE and MINICB_DTYPE (minicb/config.py) are unset for the tests.
 test: $(STAMP)
-	MINICB_IMPL=solutions $(PY) -m pytest tests notebooks --nbval --nbval-current-env
+	env -u MINICB_MODEL -u MINICB_DEVICE -u MINICB_DTYPE MINICB_IMPL=solutions $(PY) -m pytest tests notebooks --nbval --nbval-current-env
 
 # Re-run every lesson and store its fresh outputs (after changing a lesson or the engine).
 notebooks: $(STAMP)

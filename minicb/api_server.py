@@ -38,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
-from minicb.config import cli_overrides
+from minicb.config import cli_overrides, from_environment
 from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
                                     parse_request, response_body, sse, usage)
 from minicb.request import RequestOutput
@@ -239,7 +239,7 @@ def serve(args: argparse.Namespace) -> int:
     # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
     # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
     # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
-    if resolve_device(args.device).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+    if resolve_device(from_environment("device", args.device)).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     try:
         async_llm = AsyncLLM(args.model, **cli_overrides(args))
@@ -249,7 +249,7 @@ def serve(args: argparse.Namespace) -> int:
     # minicb's own lines (aborts, failed steps) next to uvicorn's, at the same level.
     logging.basicConfig(level=args.uvicorn_log_level.upper().replace("TRACE", "DEBUG"),
                         format="%(levelname)s:     %(name)s: %(message)s")
-    model_name = args.served_model_name or args.model or "bard"
+    model_name = args.served_model_name or async_llm.engine.config.model or "bard"   # --model, $MINICB_MODEL
     # uvicorn's own deadline is only a backstop: the drain aborts what is left at grace_s, which ends them.
     config = uvicorn.Config(build_app(async_llm, model_name), host=args.host, port=args.port,
                             log_level=args.uvicorn_log_level, timeout_graceful_shutdown=args.shutdown_timeout + 5)

@@ -8,7 +8,7 @@ import sys
 from typing import TextIO
 
 from minicb import course, progress
-from minicb.config import add_cli_args
+from minicb.config import add_cli_args, from_environment
 from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
@@ -75,9 +75,10 @@ def show_progress(lessons: list[int] | None) -> int:
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="serve the model over HTTP, OpenAI-compatible (/v1/completions, "
                                          "/v1/chat/completions, /metrics)")
-    serve.add_argument("--model", default=None, help="local Hugging Face model folder (default: the shipped Bard)")
+    serve.add_argument("--model", default=None, help="local Hugging Face model folder or hub id "
+                                                     "(default: $MINICB_MODEL, else the shipped Bard)")
     serve.add_argument("--served-model-name", default=None,
-                       help="the name clients pass as `model` (default: --model as given, or bard)")
+                       help="the name clients pass as `model` (default: --model or $MINICB_MODEL as given, or bard)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s; "
                                                             "0.0.0.0 for every interface)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
@@ -95,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                                  description="minicb: continuous batching, built to learn from")
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", default=None, help="local Hugging Face model folder (default: the shipped Bard)")
-    common.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    common.add_argument("--dtype", default=None,
-                        help="float32, float16 or bfloat16 (default: fp32 on CPU, bf16/fp16 on GPU)")
+    common.add_argument("--model", default=None, help="local Hugging Face model folder or hub id "
+                                                      "(default: $MINICB_MODEL, else the shipped Bard)")
+    common.add_argument("--device", default=None, help="cpu, cuda or auto (default: $MINICB_DEVICE, else auto)")
+    common.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: $MINICB_DTYPE, else "
+                                                      "fp32 on CPU, bf16/fp16 on GPU)")
     common.add_argument("--seed", type=int, default=0,
                         help="sampling seed: the same seed gives the same completion (default: %(default)s)")
     common.add_argument("--temperature", type=float, default=0.8,
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         llm = LLM(args.model, device=args.device, dtype=args.dtype)
         prompts = [args.prompt] if args.command == "generate" else list(DEMO_SPEAKERS)
         for prompt in prompts:
-            stream_one(llm, bard_prompt(prompt) if args.model is None else prompt, params)
+            stream_one(llm, bard_prompt(prompt) if from_environment("model", args.model) is None else prompt, params)
             sys.stdout.write("\n")
         if args.command == "demo":
             compare_batching(args)

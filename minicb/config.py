@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, get_args, get_type_hints
@@ -17,10 +18,15 @@ CHOICES = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("p
 
 @dataclass
 class EngineConfig:
-    # What to serve.
-    model: str | None = None            # a local HF folder; None is the shipped Bard model
-    device: str = "auto"                # "cpu", "cuda", or "auto" (the GPU when torch sees one)
-    dtype: str | None = None            # None: fp32 on the CPU, bf16 (or fp16) on a GPU
+    # What to serve, and on what. Left unset (None), each comes from its environment variable when that is set
+    # and not empty, so one switch moves every lesson to another model or device (README: "Run the course on a
+    # real model on a GPU"); a value passed here always wins. After __post_init__ they hold what was chosen.
+    model: str | None = None            # a local HF folder or a hub id ("Qwen/Qwen3-0.6B"); None: $MINICB_MODEL,
+    #                                     else the shipped Bard model
+    device: str | None = None           # "cpu", "cuda", or "auto" (the GPU when torch sees one); None: $MINICB_DEVICE,
+    #                                     else "auto"
+    dtype: str | None = None            # "float32", "bfloat16", "float16" or "auto"; None: $MINICB_DTYPE, else
+    #                                     "auto" (fp32 on the CPU, bf16 or fp16 on a GPU)
 
     # How to batch: the subject of lessons 01 and 02.
     batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs to its
@@ -64,6 +70,9 @@ class EngineConfig:
     seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
 
     def __post_init__(self) -> None:
+        self.model = from_environment("model", self.model)
+        self.device = from_environment("device", self.device)
+        self.dtype = from_environment("dtype", self.dtype)
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -102,6 +111,19 @@ class EngineConfig:
                              "block, as paged continuous batching hands them out")
 
 
+# The one place minicb reads these variables: field -> (variable, value when neither is given).
+ENVIRONMENT = {"model": ("MINICB_MODEL", None), "device": ("MINICB_DEVICE", "auto"), "dtype": ("MINICB_DTYPE", None)}
+
+
+def from_environment(field: str, value: Any) -> Any:
+    """EngineConfig's `field`: the value given, else its environment variable (when set and not empty), else
+    the built-in default."""
+    variable, default = ENVIRONMENT[field]
+    if value is not None:
+        return value
+    return os.environ.get(variable, "").strip() or default
+
+
 # Not command-line knobs: the model has its own flag, a cost model is an object, and a simulated
 # server would answer with token ids that were never computed.
 NOT_FLAGS = ("model", "simulate", "step_cost", "preemption_cost")
@@ -130,7 +152,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(flag, type=kind, default=default, choices=CHOICES.get(name),
                                metavar=None if name in CHOICES else kind.__name__.upper(),
-                               help=f"EngineConfig.{name} (default: %(default)s)")
+                               help=f"EngineConfig.{name} (default: "
+                                    + (f"${ENVIRONMENT[name][0]}, else {ENVIRONMENT[name][1] or 'auto'})"
+                                       if name in ENVIRONMENT else "%(default)s)"))
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:

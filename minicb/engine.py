@@ -45,14 +45,15 @@ class LLMEngine:
         self.parts = parts = parts or EngineParts()
         device = resolve_device(c.device)
         dtype = resolve_dtype(c.dtype, device)
-        block_bytes = read_model_config(resolve_model_path(c.model)).kv_bytes_per_block(c.block_size, dtype)
+        model_path = resolve_model_path(c.model)   # once: a hub id may cost a look-up on the network
+        block_bytes = read_model_config(model_path).kv_bytes_per_block(c.block_size, dtype)
         num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 // block_bytes))
         num_swap_blocks = 0 if c.preemption_mode == "recompute" else int(c.swap_space_mb * 2**20 // block_bytes)
         self.runner: Runner
         if c.simulate:
-            self.runner = SimulatedRunner(c.model, c.step_cost, num_blocks, c.block_size, num_swap_blocks)
+            self.runner = SimulatedRunner(model_path, c.step_cost, num_blocks, c.block_size, num_swap_blocks)
         else:
-            self.runner = ModelRunner(c.model, device=device, dtype=dtype, num_blocks=num_blocks,
+            self.runner = ModelRunner(model_path, device=device, dtype=dtype, num_blocks=num_blocks,
                                       block_size=c.block_size, attn_backend=c.attn_backend,
                                       num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention)
         self.tokenizer = self.runner.tokenizer

@@ -44,7 +44,9 @@ def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len
         if tokenizer is None:
             raise ValueError(f"{model_path} has no tokenizer files; pass prompts as token-id lists")
         check_unicode(prompt)
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        # verbose=False: the length is checked below against the engine's own limit, with the fix named; the
+        # tokenizer's model_max_length warning would only say it twice, less usefully.
+        ids = tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]
     elif isinstance(prompt, list):
         ids = prompt
     else:

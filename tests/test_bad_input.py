@@ -14,7 +14,7 @@ from minicb.sampling import SamplingParams
 
 
 def test_unknown_model_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="local folder.*never downloads"):
+    with pytest.raises(FileNotFoundError, match="does not exist: pass a local folder.*hub id"):
         ModelRunner(tmp_path / "no-such-model", device="cpu")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_model(tmp_path)

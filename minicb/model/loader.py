@@ -1,7 +1,9 @@
-"""Load a Hugging Face checkpoint folder into minicb's own CausalLM, offline, from safetensors."""
+"""Load a Hugging Face checkpoint (a local folder, or a hub id through the hub's cache) into minicb's own
+CausalLM, from safetensors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -13,20 +15,59 @@ from minicb.model.llama import CausalLM, RotaryEmbedding
 BARD_PATH = Path(__file__).resolve().parent.parent / "assets" / "bard"
 
 
+# What snapshot_download fetches of a hub repository: what load_model and load_tokenizer read, not the
+# .bin/.pt/.gguf copies of the weights that many repositories also hold.
+HUB_FILES = ["config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
+             "vocab.json", "vocab.txt", "merges.txt", "*.model", "*.tiktoken", "chat_template.json",
+             "chat_template.jinja", "additional_chat_templates/*", "*.safetensors", "model.safetensors.index.json"]
+# "org/name" or "org/name@revision", as the hub spells them: no "./", "~" or absolute path.
+HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
+
+
 def resolve_model_path(model: str | Path | None) -> Path:
-    """None means the shipped Bard model; anything else must be a local folder."""
+    """None means the shipped Bard model. A local folder wins; otherwise a Hugging Face hub id ("org/name",
+    or "org/name@revision") resolves through huggingface_hub: its local cache first, then a download where
+    the network allows (HF_HUB_OFFLINE=1 forbids one; HF_HOME / HF_HUB_CACHE say where the cache is)."""
     path = BARD_PATH if model is None else Path(model).expanduser()
     if path.is_file():
         guess = f" ({str(path.parent)!r} here)" if (path.parent / "config.json").is_file() else ""
         raise NotADirectoryError(
             f"model path {str(path)!r} is a file, not a folder: pass the folder that holds config.json and "
             f"*.safetensors{guess}")
-    if not path.is_dir():
+    if path.is_dir():
+        return path
+    hub_id = HUB_ID.fullmatch(model) if isinstance(model, str) else None
+    if hub_id is None:
         raise FileNotFoundError(
             f"model folder {str(path)!r} does not exist: pass a local folder holding config.json and "
-            "*.safetensors (minicb never downloads from a hub; `huggingface-cli download` can fetch one "
-            "on a machine that has access), or omit the model to use the shipped Bard model")
-    return path
+            "*.safetensors, a Hugging Face hub id such as 'Qwen/Qwen3-0.6B', or omit the model to use the "
+            "shipped Bard model")
+    return _from_hub(hub_id["repo"], hub_id["revision"])
+
+
+def _from_hub(repo_id: str, revision: str | None) -> Path:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RevisionNotFoundError
+
+    name = repo_id + (f"@{revision}" if revision else "")
+    fixes = (f"run `hf download {repo_id}` on a machine with access to the hub (and copy its "
+             "cache, ~/.cache/huggingface/hub, or HF_HUB_CACHE, here), or pass a local folder holding config.json "
+             "and *.safetensors")
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=HUB_FILES))
+    except RevisionNotFoundError as err:
+        raise FileNotFoundError(f"model {name!r}: the hub has no revision {revision!r} of {repo_id!r}; use a "
+                                f"branch, tag or commit of it, or drop '@{revision}' ({err})") from None
+    except LocalEntryNotFoundError:
+        why = ("HF_HUB_OFFLINE=1 forbids a download: set HF_HUB_OFFLINE=0 where the network reaches the hub, or "
+               if constants.HF_HUB_OFFLINE else "the hub could not be reached: ")
+        raise FileNotFoundError(f"model {name!r} is neither a local folder nor in the hub cache, and {why}{fixes}"
+                                ) from None
+    except HfHubHTTPError as err:   # the repository does not exist, is gated or private (401, 403, 404)
+        raise FileNotFoundError(
+            f"model {name!r} is neither a local folder nor a hub repository this machine may read: check the "
+            f"spelling (org/name), accept the model's licence on its hub page and log in (`hf auth "
+            f"login`, or HF_TOKEN) if it is gated, or {fixes.removeprefix('run ')} ({err})") from None
 
 
 def _checkpoint_files(folder: Path) -> list[Path]:

@@ -38,11 +38,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
-from minicb.config import cli_overrides, from_environment
+from minicb.config import cli_overrides
 from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
                                     parse_request, response_body, sse, usage)
 from minicb.request import RequestOutput
-from minicb.runner import resolve_device
 from minicb.server_metrics import ServerMetrics
 
 RETRY_AFTER_S = 1   # a rejection reflects the queue now; a second later it may have room
@@ -236,16 +235,16 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
-    # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
-    # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
-    # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
-    if resolve_device(from_environment("device", args.device)).type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     try:
         async_llm = AsyncLLM(args.model, **cli_overrides(args))
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
+    # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
+    # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
+    if async_llm.engine.runner.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     # minicb's own lines (aborts, failed steps) next to uvicorn's, at the same level.
     logging.basicConfig(level=args.uvicorn_log_level.upper().replace("TRACE", "DEBUG"),
                         format="%(levelname)s:     %(name)s: %(message)s")

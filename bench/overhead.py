@@ -1,6 +1,6 @@
 """Where a decode step's time goes: the forward pass vs everything around it.
 
-    .venv/bin/python bench/overhead.py [--steps 30]
+    .venv/bin/python bench/overhead.py [--steps 30] [--compile]
 
 For 8, 32 and 64 running sequences (mixed context lengths), it times whole engine steps and the
 forward pass inside them; the rest is scheduling, batch building, sampling and bookkeeping. It
@@ -20,9 +20,10 @@ from minicb import BARD_PATH, LLMEngine, SamplingParams
 from minicb.workload import bard_prompts
 
 
-def engine_decode_times(num_seqs: int, steps: int) -> tuple[float, float]:
-    """Mean seconds per decode step: the whole step, and the forward pass inside it."""
-    engine = LLMEngine(device="cpu", max_num_seqs=num_seqs, num_blocks=4096, max_num_batched_tokens=8192)
+def engine_decode_times(num_seqs: int, steps: int, compile: bool = False) -> tuple[float, float]:
+    """Mean seconds per decode step: the whole step, and the forward pass inside it (compiled before timing)."""
+    engine = LLMEngine(device="cpu", max_num_seqs=num_seqs, num_blocks=4096, max_num_batched_tokens=8192,
+                       compile=compile)
     g = torch.Generator().manual_seed(num_seqs)
     for prompt in bard_prompts(num_seqs, seed=num_seqs):
         filler = torch.randint(10, 2000, (int(torch.randint(16, 200, (1,), generator=g)),), generator=g).tolist()
@@ -70,11 +71,13 @@ def hf_bare_decode(num_seqs: int, context: int, steps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/overhead.json"))
+    ap.add_argument("--compile", action="store_true", help="EngineConfig.compile=True (timed after compiling)")
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    args.out = args.out or Path(f"bench/results/overhead{'_compiled' if args.compile else ''}.json")
     rows = {}
-    for n in (8, 32, 64):
-        step, forward = engine_decode_times(n, args.steps)
+    for n in (1, 8, 32, 64):
+        step, forward = engine_decode_times(n, args.steps, args.compile)
         rows[n] = {"step_ms": round(step * 1e3, 2), "forward_ms": round(forward * 1e3, 2),
                    "overhead_share": round(1 - forward / step, 3)}
         print(f"{n:3d} seqs: step {step * 1e3:7.2f} ms, forward {forward * 1e3:7.2f} ms, "
@@ -84,7 +87,7 @@ def main() -> None:
     print(f"bare HF decode step, uniform batch of 64: {bare * 1e3:.2f} ms; "
           f"minicb's full step reaches {100 * relative:.0f}% of its speed")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"engine": rows, "hf_bare_decode_ms": round(bare * 1e3, 2),
+    args.out.write_text(json.dumps({"compile": args.compile, "engine": rows, "hf_bare_decode_ms": round(bare * 1e3, 2),
                                     "minicb_speed_vs_hf_bare": round(relative, 3)}, indent=2) + "\n")
 
 

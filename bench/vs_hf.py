@@ -1,10 +1,11 @@
 """minicb's continuous batching against Hugging Face transformers, one workload, one run, one machine.
 
-    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16]
+    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16] [--compile]
 
 Every engine serves the same prompts with the same per-request output lengths (forced, greedy),
 so the useful tokens are identical and only the serving differs:
-- minicb continuous batching, max_num_seqs = seats;
+- minicb continuous batching, max_num_seqs = seats (and, with --compile, EngineConfig.compile=True, timed on
+  its second pass over the workload: the first one compiles);
 - HF `generate`, left-padded static batches of `seats`, each run to its longest member;
 - HF's own continuous batching manager (transformers >= 5), an explicit small config.
 """
@@ -52,17 +53,19 @@ def hf_model(path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32"
 
 
 def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
-               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch") -> Run:
+               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch", compile: bool = False) -> Run:
     from minicb import SamplingParams
 
     llm = LLM(str(path), device=device, dtype=dtype, attn_backend=attn_backend, max_num_seqs=seats,
-              num_blocks=4096, max_num_batched_tokens=4096)
+              num_blocks=4096, max_num_batched_tokens=4096, compile=compile)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
-    start = time.perf_counter()
+    if compile:
+        llm.generate(prompts, params, use_tqdm=False)   # compiles; the timed pass below reuses the graphs
+    steps_before, start = llm.engine.trace.num_steps, time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
     assert [len(o.outputs[0].token_ids) for o in outs] == lengths
-    return Run(wall, llm.engine.trace.num_steps)
+    return Run(wall, llm.engine.trace.num_steps - steps_before)
 
 
 def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int) -> Run:
@@ -114,6 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--seats", type=int, default=16)
+    ap.add_argument("--compile", action="store_true", help="add a row for minicb with EngineConfig.compile=True")
     ap.add_argument("--out", type=Path, default=Path("bench/results/vs_hf.json"))
     args = ap.parse_args()
 
@@ -125,6 +129,8 @@ def main() -> None:
     lengths = [w.params.max_tokens for w in work]
     useful = sum(lengths)
     runs = {"minicb continuous": run_minicb(prompts, lengths, args.seats),
+            **({"minicb continuous, compiled": run_minicb(prompts, lengths, args.seats, compile=True)}
+               if args.compile else {}),
             "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id),
             "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats)}
     rows = {name: {"wall_s": round(r.wall_s, 2), "steps": r.steps, "ms_per_step": round(1e3 * r.wall_s / r.steps, 2),

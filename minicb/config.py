@@ -63,6 +63,8 @@ class EngineConfig:
     #                                     or a GPU preset's RooflineCost from minicb.hardware
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
     #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
+    compile: bool = False               # torch.compile the forward (attention stays eager): fewer, fused ops per
+    #                                     step, after a compile of tens of seconds; pays in long runs, not lessons
     trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
     trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory stays
     #                                     flat; 0: no trace at all; None: keep every step
@@ -95,7 +97,7 @@ class EngineConfig:
               "use a finite number of seconds > 0 or None")
         check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
         check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "trace_kv_blocks",
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "compile", "trace_kv_blocks",
                      "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")

@@ -55,7 +55,8 @@ class LLMEngine:
         else:
             self.runner = ModelRunner(model_path, device=device, dtype=dtype, num_blocks=num_blocks,
                                       block_size=c.block_size, attn_backend=c.attn_backend,
-                                      num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention)
+                                      num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention,
+                                      compile=c.compile)
         self.tokenizer = self.runner.tokenizer
         model_limit = self.runner.config.max_model_len
         if c.max_model_len is not None and c.max_model_len > model_limit:

@@ -13,6 +13,7 @@ from minicb.attention import select_backend
 from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
 from minicb.config import EngineConfig
 from minicb.costs import PreemptionCost, simulated_preemption_cost
+from minicb.model.compiled import CompiledModel
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
 
@@ -86,7 +87,7 @@ class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
                  attn_backend: str = "torch", num_swap_blocks: int = 0,
-                 decode_attention: Callable[..., torch.Tensor] | None = None):
+                 decode_attention: Callable[..., torch.Tensor] | None = None, compile: bool = False):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
         self.device = resolve_device(device)
@@ -94,6 +95,8 @@ class ModelRunner:
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)
+        if compile:
+            self.model = CompiledModel(self.model)
         self.tokenizer = load_tokenizer(self.model_path)
         self.block_size, self.num_blocks = block_size, num_blocks
         c = self.config

@@ -216,14 +216,19 @@ def test_a_config_missing_a_size_names_the_key_and_the_file(tiny_checkpoint, tmp
         load_model(tmp_path)
 
 
-def test_weights_of_another_shape_than_the_config_name_the_tensor(tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("change, message", [
+    ("vocab_size", r"tensor 'model.embed_tokens.weight' in .*model.safetensors has shape \[(\d+), 64\] but "
+                   r".*config.json implies \[(\d+), 64\]"),
+    ("intermediate_size", r"tensors 'model.layers.0.mlp.gate_proj.weight', 'model.layers.0.mlp.up_proj.weight' in "
+                          r".*model.safetensors have shapes \[160, 64\], \[160, 64\], stacked into "
+                          r"'model.layers.0.mlp.gate_up_proj.weight', but .*config.json implies \[640, 64\]"),
+])
+def test_weights_of_another_shape_than_the_config_name_the_tensor(tiny_checkpoint, tmp_path, change, message):
     folder, _ = tiny_checkpoint("llama")
     raw = json.loads((folder / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**raw, "intermediate_size": 2 * raw["intermediate_size"]}))
+    (tmp_path / "config.json").write_text(json.dumps({**raw, change: 2 * raw[change]}))
     (tmp_path / "model.safetensors").symlink_to(folder / "model.safetensors")
-    with pytest.raises(ValueError, match=r"tensor 'model.layers.0.mlp.down_proj.weight' in .*model.safetensors has "
-                                         r"shape \[64, 160\] but .*config.json implies \[64, 320\]: the weights and "
-                                         r"config.json come from different models"):
+    with pytest.raises(ValueError, match=message + r": the weights and config.json come from different models"):
         load_model(tmp_path)
 
 

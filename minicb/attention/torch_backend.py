@@ -12,13 +12,21 @@ import torch.nn.functional as F
 from minicb.attention.metadata import AttentionMetadata
 
 
+def written_rows(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of the batch whose K/V are stored (slot >= 0; padding is not) and their slots. Built once
+    per step: every layer stores to the same slots."""
+    if "written" not in meta.derived:
+        rows = (meta.slot_mapping >= 0).nonzero()[:, 0]                 # (T',)
+        meta.derived["written"] = rows, meta.slot_mapping[rows]
+    return meta.derived["written"]
+
+
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+             meta: AttentionMetadata) -> None:
     """Scatter the new tokens' K/V (T, n_kv, hd) into caches (num_blocks, block_size, n_kv, hd)."""
-    keep = (slot_mapping >= 0).nonzero()[:, 0]
-    slots = slot_mapping[keep]
-    k_cache.flatten(0, 1).index_copy_(0, slots, k[keep])
-    v_cache.flatten(0, 1).index_copy_(0, slots, v[keep])
+    rows, slots = written_rows(meta)
+    k_cache.flatten(0, 1).index_copy_(0, slots, k[rows])
+    v_cache.flatten(0, 1).index_copy_(0, slots, v[rows])
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -31,7 +39,7 @@ def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int)
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q (T, H, hd), k/v (T, n_kv, hd) for the new tokens -> attention output (T, H, hd)."""
-    store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+    store_kv(k, v, k_cache, v_cache, meta)
     out = torch.empty_like(q)
     cu = meta.cu_seqlens_q.tolist()
     for i, seq_len in enumerate(meta.seq_lens.tolist()):
@@ -48,10 +56,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     return out
 
 
-def dense_layout(meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor, ...]:
-    """Index tensors that lay the ragged batch out densely. They depend only on the metadata, so they
-    are built once per step and reused by every layer."""
-    key = ("dense", block_size)
+def dense_layout(meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Index tensors that lay the ragged batch out densely, and the mask as SDPA adds it (0 or -inf, in the
+    queries' dtype, so SDPA need not convert a boolean one in every layer). They depend only on the
+    metadata, so they are built once per step and reused by every layer."""
+    key = ("dense", block_size, dtype)
     if key not in meta.derived:
         B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_seqlen_q
         device = meta.seq_lens.device
@@ -64,7 +73,8 @@ def dense_layout(meta: AttentionMetadata, block_size: int) -> tuple[torch.Tensor
         q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=device)[None, :]  # (B, Q)
         visible = pos[None, None, :] <= q_pos[:, :, None]                                        # (B, Q, S)
         past_end = (pos[None, :] >= meta.seq_lens.long()[:, None]).flatten().nonzero()[:, 0]   # (P,) of B * S
-        meta.derived[key] = (context_slots, past_end, seq_of_row, row_in_seq, visible[:, None])
+        mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
+        meta.derived[key] = (context_slots, past_end, seq_of_row, row_in_seq, mask[:, None])   # mask (B, 1, Q, S)
     return meta.derived[key]
 
 
@@ -77,8 +87,8 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     the padding and the future. It computes on padding, but the CPU prefers one big call to B
     small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
     """
-    store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-    context_slots, past_end, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1])
+    store_kv(k, v, k_cache, v_cache, meta)
+    context_slots, past_end, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1], q.dtype)
     B, S = context_slots.shape
     keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten())      # (B * S, n_kv, hd)
     values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten())    # (B * S, n_kv, hd)

@@ -4,15 +4,25 @@ The forward takes T tokens from any number of sequences, flattened: `input_ids (
 `positions (T,)` and the AttentionMetadata that says which tokens belong together. Embedding,
 norms, projections and the MLP treat the T tokens as one big matrix (selective batching's shared
 part); only attention looks at sequences, and it does so through a pluggable backend.
+
+On a CPU a small model's step is mostly the fixed cost of launching ops, not arithmetic, so the
+forward launches few of them: Q, K and V come from one fused projection and gate and up from another
+(the loader concatenates the checkpoint's separate weights), RoPE's angles are computed once per step
+and rotate Q and K together, and RMSNorm is one library call.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from minicb.attention import AttentionBackend
 from minicb.attention.metadata import AttentionMetadata
 from minicb.model.config import ModelConfig, rope_inverse_frequencies
+
+# Fused parameter -> the checkpoint's tensors it concatenates along the output dimension, in order.
+FUSED_PROJECTIONS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
 
 
 class RMSNorm(nn.Module):
@@ -22,10 +32,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 even for fp16/bf16 weights: the mean of squares overflows in fp16.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Normalise fp16/bf16 in fp32, as the checkpoints were trained: the mean of squares overflows in fp16.
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -34,16 +44,16 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and a signed sin, (T, 1, hd) each, for apply_rotary: computed once per step, used by every layer."""
         angles = positions.float()[:, None] * self.inv_freq[None, :]   # (T, hd/2)
-        angles = torch.cat([angles, angles], dim=-1)                    # (T, hd)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        cos, sin = angles.cos(), angles.sin()
+        return torch.cat([cos, cos], -1)[:, None].to(dtype), torch.cat([-sin, sin], -1)[:, None].to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each (i, i + hd/2) pair of x (T, heads, hd) by its position's angle."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each (i, i + hd/2) pair of x (T, heads, hd) by its position's angle: x * cos + (-x2, x1) * sin.
+    Rolling x by hd/2 gives (x2, x1), and signed_sin holds -sin on the first half: four ops, no slicing."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 class Attention(nn.Module):
@@ -52,9 +62,7 @@ class Attention(nn.Module):
         c = config
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
         self.scale = c.head_dim ** -0.5
-        self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.qkv_bias)
-        self.k_proj = nn.Linear(c.hidden_size, c.kv_dim, bias=c.qkv_bias)
-        self.v_proj = nn.Linear(c.hidden_size, c.kv_dim, bias=c.qkv_bias)
+        self.qkv_proj = nn.Linear(c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, bias=c.qkv_bias)
         self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.o_bias)
         if c.qk_norm:
             self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
@@ -64,13 +72,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, meta: AttentionMetadata, backend: AttentionBackend) -> torch.Tensor:
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)      # (T, H, hd)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)   # (T, n_kv, hd)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)   # (T, n_kv, hd)
+        T, H, n_kv = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(T, H + 2 * n_kv, self.head_dim)      # (T, H + 2 n_kv, hd): q heads, k, v
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            qkv[:, :H] = self.q_norm(qkv[:, :H])
+            qkv[:, H:H + n_kv] = self.k_norm(qkv[:, H:H + n_kv])
+        q, k = apply_rotary(qkv[:, :H + n_kv], cos, sin).split([H, n_kv], dim=1)  # (T, H, hd), (T, n_kv, hd)
+        v = qkv[:, H + n_kv:]                                             # (T, n_kv, hd)
         out = backend(q, k, v, k_cache, v_cache, meta, self.scale)      # (T, H, hd)
         return self.o_proj(out.reshape(T, -1))
 
@@ -79,12 +87,12 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.gate_up_proj = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))  # SwiGLU
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)                  # (T, ffn) each
+        return self.down_proj(F.silu(gate) * up)                          # SwiGLU
 
 
 class DecoderLayer(nn.Module):
@@ -101,7 +109,7 @@ class DecoderLayer(nn.Module):
 
 
 class Backbone(nn.Module):
-    """Named like HF's `model.*` submodule, so checkpoint keys load without renaming."""
+    """Named like HF's `model.*` submodule, so checkpoint keys load without renaming (bar the fused ones)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -124,7 +132,7 @@ class CausalLM(nn.Module):
                 kv_cache: torch.Tensor, backend: AttentionBackend) -> torch.Tensor:
         """input_ids, positions (T,); kv_cache (L, 2, num_blocks, block_size, n_kv, hd) -> hidden (T, d)."""
         x = self.model.embed_tokens(input_ids)                         # (T, d)
-        cos, sin = self.rotary(positions, x.dtype)                     # (T, hd) each
+        cos, sin = self.rotary(positions, x.dtype)                     # (T, 1, hd) each
         for layer, layer_cache in zip(self.model.layers, kv_cache):
             x = layer(x, cos, sin, layer_cache[0], layer_cache[1], meta, backend)
         return self.model.norm(x)

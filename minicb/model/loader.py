@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from minicb.model.config import ModelConfig, read_model_config
-from minicb.model.llama import CausalLM, RotaryEmbedding
+from minicb.model.llama import FUSED_PROJECTIONS, CausalLM, RotaryEmbedding
 
 BARD_PATH = Path(__file__).resolve().parent.parent / "assets" / "bard"
 
@@ -82,6 +83,30 @@ def _checkpoint_files(folder: Path) -> list[Path]:
                             "minicb reads safetensors only (convert .bin weights with save_pretrained)")
 
 
+def _checkpoint_names(name: str) -> list[str]:
+    """The checkpoint tensors that make our parameter `name`: several for a fused projection, else itself."""
+    for fused, separate in FUSED_PROJECTIONS.items():
+        if f".{fused}." in name:
+            return [name.replace(fused, part) for part in separate]
+    return [name]
+
+
+def _check_shape(name: str, shape: tuple[int, ...], opened: dict, folder: Path) -> None:
+    """Before reading any data: the checkpoint's tensors for parameter `name` must make `shape` (stacked by rows
+    for a fused projection), else the weights and config.json disagree."""
+    parts = _checkpoint_names(name)
+    found = [tuple(opened[part][1].get_slice(part).get_shape()) for part in parts]
+    if len({s[1:] for s in found}) == 1 and (sum(s[0] for s in found), *found[0][1:]) == shape:
+        return
+    if len(parts) == 1:
+        what = f"tensor {name!r} in {opened[name][0]} has shape {list(found[0])}"
+    else:
+        what = (f"tensors {', '.join(map(repr, parts))} in {opened[parts[0]][0]} have shapes "
+                f"{', '.join(str(list(s)) for s in found)}, stacked into {name!r},")
+    raise ValueError(f"{what} but {folder / 'config.json'} implies {list(shape)}: the weights and config.json "
+                     "come from different models; use the config.json saved with these weights")
+
+
 def load_model(model: str | Path | None = None, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32) -> tuple[CausalLM, ModelConfig]:
     folder = resolve_model_path(model)
@@ -89,25 +114,23 @@ def load_model(model: str | Path | None = None, device: str | torch.device = "cp
     with torch.device("meta"):
         lm = CausalLM(config)
     shapes = {name: tuple(tensor.shape) for name, tensor in lm.state_dict().items()}   # meta: shapes, no data
-    expected = set(shapes)
     if config.tie_word_embeddings:
-        expected.discard("lm_head.weight")
-    tensors: dict[str, torch.Tensor] = {}
-    for file in _checkpoint_files(folder):
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():   # noqa: SIM118 (safe_open is not iterable)
-                if name in expected:
-                    found = tuple(f.get_slice(name).get_shape())
-                    if found != shapes[name]:
-                        raise ValueError(
-                            f"tensor {name!r} in {file} has shape {list(found)} but {folder / 'config.json'} "
-                            f"implies {list(shapes[name])}: the weights and config.json come from different "
-                            "models; use the config.json saved with these weights")
-                    tensors[name] = f.get_tensor(name).to(dtype)
-    missing = expected - tensors.keys()
-    if missing:
-        raise ValueError(f"checkpoint in {folder} lacks {len(missing)} weights minicb needs, "
-                         f"e.g. {sorted(missing)[:3]}; is config.json from the same model?")
+        del shapes["lm_head.weight"]
+    with ExitStack() as stack:
+        opened = {}   # checkpoint tensor name -> (its file, the open file)
+        for file in _checkpoint_files(folder):
+            f = stack.enter_context(safe_open(str(file), framework="pt"))
+            opened.update((name, (file, f)) for name in f.keys())   # noqa: SIM118 (safe_open is not iterable)
+        missing = sorted(part for name in shapes for part in _checkpoint_names(name) if part not in opened)
+        if missing:
+            raise ValueError(f"checkpoint in {folder} lacks {len(missing)} weights minicb needs, "
+                             f"e.g. {missing[:3]}; is config.json from the same model?")
+        for name, shape in shapes.items():
+            _check_shape(name, shape, opened, folder)
+        tensors = {}
+        for name in shapes:
+            parts = [opened[part][1].get_tensor(part).to(dtype) for part in _checkpoint_names(name)]
+            tensors[name] = torch.cat(parts) if len(parts) > 1 else parts[0]
     lm.load_state_dict(tensors, strict=False, assign=True)
     if config.tie_word_embeddings:
         lm.lm_head.weight = lm.model.embed_tokens.weight

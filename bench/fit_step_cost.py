@@ -1,13 +1,15 @@
 """Fit the simulator's step-cost model to real Bard steps on this machine.
 
-    .venv/bin/python bench/fit_step_cost.py
+    .venv/bin/python bench/fit_step_cost.py [--compile]
 
 Runs a mixed workload (prefills and decodes at many batch sizes) for real, fits
 seconds = fixed + per_token * tokens + per_context_token * context tokens by least squares, and
-prints the StepCost to use (minicb.simulator.StepCost's defaults come from this script).
+prints the StepCost to use (minicb.costs.StepCost's defaults come from this script, on the eager engine
+the lessons run; --compile fits EngineConfig.compile=True instead, after a first pass that compiles).
 """
 from __future__ import annotations
 
+import argparse
 import json
 
 from minicb import LLM
@@ -16,9 +18,16 @@ from minicb.workload import make_workload, run_workload
 
 
 def main() -> None:
-    llm = LLM(None, device="cpu", max_num_seqs=48, num_blocks=4096)
-    run_workload(llm.engine, make_workload(160, lengths="heavy", rate=40.0, seed=7, max_tokens=256))
-    rows = llm.engine.trace.to_rows()[5:]   # skip warm-up steps
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--compile", action="store_true", help="fit EngineConfig.compile=True's steps")
+    args = ap.parse_args()
+    llm = LLM(None, device="cpu", max_num_seqs=48, num_blocks=4096, compile=args.compile)
+    work = make_workload(160, lengths="heavy", rate=40.0, seed=7, max_tokens=256)
+    if args.compile:
+        run_workload(llm.engine, work)   # compiles; the fit below is of the second pass
+    first = llm.engine.trace.num_steps
+    run_workload(llm.engine, work)
+    rows = llm.engine.trace.to_rows()[first - llm.engine.trace.num_dropped_steps + 5:]   # skip warm-up steps
     cost = fit_step_cost(rows)
     errors = [abs(cost(r["num_tokens"], r["context_tokens"]) - r["duration"]) / r["duration"] for r in rows]
     print(json.dumps({"steps": len(rows), "fixed": cost.fixed, "per_token": cost.per_token,

@@ -10,7 +10,10 @@
 - Varlen prefill TFLOP/s against SDPA: equal lengths (one batched causal SDPA) and ragged lengths
   (one SDPA per sequence, which is what a ragged batch costs without a varlen kernel).
 - End to end: useful tok/s of minicb continuous batching (triton and torch backends) against HF
-  transformers' continuous batching on the same GPU, for Bard and a random-init 0.5B-class Llama.
+  transformers' continuous batching on the same GPU, for Bard and a random-init 0.5B-class Qwen2-shaped model.
+- A whole decode step of that model at batch 64 against the bandwidth roofline: a decode step must read
+  every weight once and every sequence's K/V once, so (weight bytes + KV bytes) / copy bandwidth is the
+  fastest it can be; the step's time over that says how far the engine is from it.
 """
 from __future__ import annotations
 
@@ -149,20 +152,47 @@ def bench_prefill(cases: dict[str, list[int]], heads, kv_heads, head_dim, block_
     return rows
 
 
-def random_llama(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int) -> Path:
-    """A random-init Llama checkpoint with Bard's tokenizer: the size of a real model, no hub needed."""
+def random_qwen2(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int) -> Path:
+    """A random-init Qwen2-shaped checkpoint (biases on q/k/v) with Bard's tokenizer: the size of a real
+    model's body, no hub needed."""
     import shutil
 
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = LlamaConfig(vocab_size=2048, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, intermediate_size=intermediate, max_position_embeddings=4096,
+    config = Qwen2Config(vocab_size=2048, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, intermediate_size=intermediate, max_position_embeddings=32768,
                          tie_word_embeddings=True, bos_token_id=None, eos_token_id=None)
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(BARD_PATH / name, folder / name)
     return folder
+
+
+def bench_decode_roofline(path: Path, batch: int, context: int, dtype: str, copy_gbps: float) -> list[dict]:
+    """One decode step of `batch` sequences of `context` tokens, per attention backend, against the time
+    to move its unavoidable bytes (every weight, every sequence's K/V) at the measured copy bandwidth."""
+    from minicb.batch import SequenceChunk, build_flat_batch
+    from minicb.runner import ModelRunner
+
+    rows = []
+    for backend in ("triton", "torch"):
+        blocks_per_seq = -(-context // 16)
+        runner = ModelRunner(path, device=DEVICE, dtype=dtype, num_blocks=batch * blocks_per_seq, block_size=16,
+                             attn_backend=backend)
+        chunks = [SequenceChunk([1], context - 1, list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)))
+                  for i in range(batch)]
+        step = build_flat_batch(chunks, 16, runner.device)
+        c = runner.config
+        weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())   # tied: counted once
+        kv_bytes = batch * context * c.num_layers * 2 * c.kv_dim * runner.kv_cache.element_size()
+        measured = seconds(lambda: runner.execute(step))
+        roofline = (weight_bytes + kv_bytes) / (copy_gbps * 1e9)
+        rows.append({"backend": runner.attn_backend, "batch": batch, "context": context, "dtype": dtype,
+                     "weight_MB": round(weight_bytes / 1e6, 1), "kv_MB": round(kv_bytes / 1e6, 1),
+                     "step_ms": round(measured * 1e3, 3), "roofline_ms": round(roofline * 1e3, 3),
+                     "of_roofline": round(roofline / measured, 3)})
+    return rows
 
 
 def bench_end_to_end(models: dict[str, Path], requests: int, seats: int, dtype: str) -> list[dict]:
@@ -201,33 +231,38 @@ def main() -> None:
         shapes = dict(heads=4, kv_heads=2, head_dim=32, block_size=16)
         batches, contexts, copy_bytes = [1, 2], [64, 96], 1 << 20
         prefill_cases = {"equal 2x64": [64, 64], "ragged": [17, 64, 33]}
-        llama = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256)
+        qwen = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256)
         requests, seats, e2e_dtype = 4, 2, "float32"
+        roofline_batch, roofline_context = 2, 64
     else:
         shapes = dict(heads=32, kv_heads=8, head_dim=128, block_size=16)
         batches, contexts, copy_bytes = [1, 16, 64], [512, 4096, 16384], 2 << 30
         rng = torch.Generator().manual_seed(0)
         prefill_cases = {"equal 8x2048": [2048] * 8,
                          "ragged 16 in 64..4096": torch.randint(64, 4097, (16,), generator=rng).tolist()}
-        llama = dict(hidden=1024, layers=24, heads=16, kv_heads=8, intermediate=2816)   # ~0.4B with a 2k vocab
+        qwen = dict(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864)   # Qwen2.5-0.5B's body
         requests, seats, e2e_dtype = 256, 64, "bfloat16"
+        roofline_batch, roofline_context = 64, 4096
 
     copy_gbps = copy_bandwidth(copy_bytes)
     print(f"{env}\ndevice-to-device copy: {copy_gbps:.0f} GB/s", flush=True)
     decode = bench_decode(batches, contexts, copy_gbps=copy_gbps, **shapes)
     prefill = bench_prefill(prefill_cases, **shapes)
     with tempfile.TemporaryDirectory() as tmp:
-        llama_name = "random llama " + "x".join(map(str, llama.values()))
-        models = {"bard": BARD_PATH, llama_name: random_llama(Path(tmp), **llama)}
+        qwen_name = "random qwen2 " + "x".join(map(str, qwen.values()))
+        models = {"bard": BARD_PATH, qwen_name: random_qwen2(Path(tmp), **qwen)}
         end_to_end = bench_end_to_end(models, requests, seats, e2e_dtype)
+        roofline = bench_decode_roofline(models[qwen_name], roofline_batch, roofline_context, e2e_dtype, copy_gbps)
 
-    for title, rows in (("paged decode", decode), ("varlen prefill", prefill), ("end to end", end_to_end)):
+    for title, rows in (("paged decode", decode), ("varlen prefill", prefill), ("end to end", end_to_end),
+                        (f"{qwen_name}: a decode step against the bandwidth roofline", roofline)):
         print(f"\n{title}")
         for row in rows:
             print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"env": env, "copy_GBps": round(copy_gbps, 1), "decode": decode,
-                                    "prefill": prefill, "end_to_end": end_to_end}, indent=2) + "\n")
+                                    "prefill": prefill, "end_to_end": end_to_end, "decode_step_roofline": roofline},
+                                   indent=2) + "\n")
     print(f"\nwrote {args.out}")
 
 

@@ -57,7 +57,7 @@ def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: P
     from minicb import SamplingParams
 
     llm = LLM(str(path), device=device, dtype=dtype, attn_backend=attn_backend, max_num_seqs=seats,
-              num_blocks=4096, max_num_batched_tokens=4096, compile=compile)
+              max_num_batched_tokens=4096, compile=compile)   # the default 256 MiB KV pool: ample for Bard
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
     if compile:
         llm.generate(prompts, params, use_tqdm=False)   # compiles; the timed pass below reuses the graphs
@@ -68,16 +68,19 @@ def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: P
     return Run(wall, llm.engine.trace.num_steps - steps_before)
 
 
-def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int) -> Run:
+def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int | None,
+                  path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32") -> Run:
     from transformers import GenerationConfig
 
-    model = hf_model()
+    model = hf_model(path, device, dtype)
+    if pad_id is None:   # some tokenizers (Llama 3's) name no pad token; padding is masked out, any id will do
+        pad_id = 0
     start = time.perf_counter()
     for i in range(0, len(prompts), seats):
         batch, want = prompts[i:i + seats], lengths[i:i + seats]
         width = max(map(len, batch))
-        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
         # min_new_tokens holds EOS back, so every batch runs to its longest member's length.
         config = GenerationConfig(max_new_tokens=max(want), min_new_tokens=max(want), do_sample=False,
                                   eos_token_id=model.generation_config.eos_token_id, pad_token_id=pad_id)

@@ -25,7 +25,7 @@ def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
     3. Your rate is at least 90% of the reference answer's: its own configuration, and the highest rate
        it keeps the SLO at on the practice seeds, less a safety margin.
 
-    How: pick a configuration (lesson 07's knobs; the step cost, about 3 ms + 0.27 ms per token, bounds
+    How: pick a configuration (lesson 07's knobs; the step cost, about 2 ms + 0.22 ms per token, bounds
     the token budget that keeps inter-token latency under target), then find the highest rate by
     bisection, each candidate checked with meets_slo(config, rate, problem.practice_seeds, problem).
     Every seed's workload has its own highest rate, and ten unseen seeds are likely to hold one lower

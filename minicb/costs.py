@@ -33,13 +33,14 @@ class StepCost:
 
     fixed is the per-step overhead (launches, Python), per_token the weight-bound work that grows
     with the tokens in the batch, per_context_token the attention reads over every KV cached.
-    The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores (683 steps,
-    median error 5%). On a CPU a step costs about its token count; on a GPU, decode is bound by
-    memory bandwidth and costs nearly the same at any batch size (minicb.hardware.RooflineCost).
+    The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores, eager (941 steps,
+    median error 4%; 2026-12-01, after the leaner step of bench/README.md). On a CPU a step costs
+    about its token count; on a GPU, decode is bound by memory bandwidth and costs nearly the same at
+    any batch size (minicb.hardware.RooflineCost).
     """
-    fixed: float = 2.9e-3
-    per_token: float = 2.7e-4
-    per_context_token: float = 1.4e-6
+    fixed: float = 1.86e-3
+    per_token: float = 2.2e-4
+    per_context_token: float = 1.2e-6
     per_swapped_token: float = 1.0e-6   # one direction of a swap; bench/pressure.py: ~2 us/token out + in
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:

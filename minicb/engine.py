@@ -192,10 +192,11 @@ class LLMEngine:
     def _sample(due: list[Request], logits: torch.Tensor) -> dict[Request, int | None]:
         """A token for each request due one; a request whose logits are not finite gets None and fails
         alone, while everyone else in the batch carries on."""
-        finite = torch.isfinite(logits).all(dim=-1)   # (B',)
-        ok = [r for r, f in zip(due, finite.tolist()) if f]
-        tokens = iter(sample(logits[finite], [r.params for r in ok], [r.generator for r in ok]))
-        return {r: next(tokens) if f else None for r, f in zip(due, finite.tolist())}
+        finite = torch.isfinite(logits).all(dim=-1).tolist()   # (B',)
+        ok = [r for r, f in zip(due, finite) if f]
+        rows = logits if len(ok) == len(due) else logits[torch.tensor(finite, device=logits.device)]
+        tokens = iter(sample(rows, [r.params for r in ok], [r.generator for r in ok]))
+        return {r: next(tokens) if f else None for r, f in zip(due, finite)}
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses

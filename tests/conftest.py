@@ -27,6 +27,25 @@ settings.load_profile("fast")
 RELIABILITY_COUNTS = {"schedules": 0, "steps": 0, "failing_runs": 0, "near_ties": 0}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--any-model", action="store_true",
+                     help="also run tests/test_any_model.py: every lesson on a tiny random-init Qwen2 (minutes; "
+                          "`make test-any-model`)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "any_model: every lesson on another model; runs only with --any-model")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--any-model"):
+        return
+    skip = pytest.mark.skip(reason="every lesson on another model takes minutes: make test-any-model")
+    for item in items:
+        if "any_model" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter):
     counts = RELIABILITY_COUNTS
     if counts["schedules"] or counts["failing_runs"]:
@@ -74,19 +93,27 @@ def load_hf(path):
         return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
 
 
+def save_random_checkpoint(hf_config, folder, seed: int, tokenizer=None):
+    """A random-init model of hf_config, saved in folder with HF's own save_pretrained (safetensors), with
+    `tokenizer`'s files beside it when one is given: a model folder needs them to serve text."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(hf_config).save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """variant -> (folder, HF model): saved once per session with HF's own save_pretrained."""
-    from transformers import AutoModelForCausalLM
-
     made = {}
 
     def make(variant: str):
         if variant not in made:
-            torch.manual_seed(TINY_VARIANTS.index(variant))
-            model = AutoModelForCausalLM.from_config(tiny_hf_config(variant)).eval()
-            folder = tmp_path_factory.mktemp(variant)
-            model.save_pretrained(folder)
+            folder = save_random_checkpoint(tiny_hf_config(variant), tmp_path_factory.mktemp(variant),
+                                            seed=TINY_VARIANTS.index(variant))
             made[variant] = (folder, load_hf(folder))
         return made[variant]
 

@@ -78,7 +78,7 @@ def test_step_cost_prices_are_unchanged():
     """Lessons' stored outputs depend on these: recompute is a step of t tokens alone, a swap costs
     1 us per token each way with no latency."""
     assert simulated_preemption_cost() == StepCost().preemption_cost() == PreemptionCost(
-        2.9e-3, 2.7e-4 + 1.4e-6, 0.0, 0.0, 2e-6)
+        1.86e-3, 2.2e-4 + 1.2e-6, 0.0, 0.0, 2e-6)
     assert StepCost().copy_s(16) == pytest.approx(16e-6)
 
 

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import tiny_hf_config
+from conftest import save_random_checkpoint, tiny_hf_config
 from minicb.sampling import SamplingParams
 from minicb.server_process import ServerProcess, start_server
 
@@ -251,19 +251,15 @@ CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] | upper }}.\n{{ m['content
 @pytest.fixture(scope="module")
 def chat_server(tmp_path_factory):
     """A random-init tiny Qwen2 with Bard's tokenizer and a plain chat template."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from minicb.model.loader import BARD_PATH
 
-    folder = tmp_path_factory.mktemp("qwen2-chat")
     tokenizer = AutoTokenizer.from_pretrained(str(BARD_PATH))
     tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
     config = tiny_hf_config("qwen2")
     config.vocab_size = len(tokenizer)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    folder = save_random_checkpoint(config, tmp_path_factory.mktemp("qwen2-chat"), seed=0, tokenizer=tokenizer)
     with start_server("--model", str(folder), "--served-model-name", "tiny-qwen2") as server:
         yield server
 

@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from minicb.attention.metadata import AttentionMetadata
 
 
-def written_rows(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows of the batch whose K/V are stored (slot >= 0; padding is not) and their slots. Built once
-    per step: every layer stores to the same slots."""
+def written_rows(meta: AttentionMetadata) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The rows of the batch whose K/V are stored (slot >= 0; padding is not), None for all of them, and
+    their slots. Built once per step: every layer stores to the same slots."""
     if "written" not in meta.derived:
-        rows = (meta.slot_mapping >= 0).nonzero()[:, 0]                 # (T',)
-        meta.derived["written"] = rows, meta.slot_mapping[rows]
+        written = meta.slot_mapping >= 0
+        rows = None if bool(written.all()) else written.nonzero()[:, 0]      # (T',)
+        meta.derived["written"] = rows, meta.slot_mapping if rows is None else meta.slot_mapping[rows]
     return meta.derived["written"]
 
 
@@ -25,8 +26,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
              meta: AttentionMetadata) -> None:
     """Scatter the new tokens' K/V (T, n_kv, hd) into caches (num_blocks, block_size, n_kv, hd)."""
     rows, slots = written_rows(meta)
-    k_cache.flatten(0, 1).index_copy_(0, slots, k[rows])
-    v_cache.flatten(0, 1).index_copy_(0, slots, v[rows])
+    k_cache.flatten(0, 1).index_copy_(0, slots, k if rows is None else k[rows])
+    v_cache.flatten(0, 1).index_copy_(0, slots, v if rows is None else v[rows])
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:

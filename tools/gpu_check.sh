@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check for a lent machine, about 8 minutes: the kernel tests on CUDA at larger shapes, Bard's
-# end-to-end parity on CUDA in fp16 (both in tests/test_kernels.py), and bench/kernels.py.
+# end-to-end parity on CUDA in fp16 (both in tests/test_kernels.py), and bench/kernels.py (the kernels
+# against a device copy and SDPA, end to end against HF continuous batching for Bard and a random-init
+# Qwen2-shaped 0.5B body, and that body's decode step at batch 64 x 4k against the bandwidth roofline).
 #
 #   bash tools/gpu_check.sh [OUT_DIR]        (default: $OUT if set, else build/gpu_check)
 #

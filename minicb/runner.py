@@ -95,8 +95,7 @@ class ModelRunner:
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)
-        if compile:
-            self.model = CompiledModel(self.model)
+        self.forward = CompiledModel(self.model) if compile else self.model
         self.tokenizer = load_tokenizer(self.model_path)
         self.block_size, self.num_blocks = block_size, num_blocks
         c = self.config
@@ -127,7 +126,7 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, batch: FlatBatch) -> torch.Tensor:
         """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
-        hidden = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
+        hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
 

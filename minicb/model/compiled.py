@@ -29,11 +29,12 @@ _running_steps: list[tuple[AttentionMetadata, AttentionBackend]] = []   # the fo
 
 def _paged_attention(q, k, v, k_cache, v_cache, scale):
     meta, backend = _running_steps[-1]
-    return backend(q, k, v, k_cache, v_cache, meta, scale)
+    # The compiled code lays out what follows for the strides the fake below promises: contiguous.
+    return backend(q, k, v, k_cache, v_cache, meta, scale).contiguous()
 
 
 _LIBRARY.impl("paged_attention", _paged_attention, "CompositeExplicitAutograd")
-torch.library.register_fake("minicb::paged_attention", lambda q, *_: torch.empty_like(q), lib=_LIBRARY)
+torch.library.register_fake("minicb::paged_attention", lambda q, *_: q.new_empty(q.shape), lib=_LIBRARY)
 
 
 def opaque_attention(q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
@@ -42,10 +43,10 @@ def opaque_attention(q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
 
 
 class CompiledModel:
-    """Called like CausalLM; the first call of each kind (prefill, a one-token decode, ...) compiles."""
+    """Called like CausalLM's forward; the first call of each kind (a multi-token step, a one-token step)
+    compiles."""
 
     def __init__(self, model: CausalLM):
-        self.model = model
         self.forward = torch.compile(model.forward, dynamic=False)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
@@ -57,6 +58,3 @@ class CompiledModel:
             return self.forward(input_ids, positions, None, kv_cache, opaque_attention)
         finally:
             _running_steps.pop()
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.compute_logits(hidden)

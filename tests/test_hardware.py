@@ -51,8 +51,8 @@ def test_continuous_batching_gains_tens_of_times_on_the_gpu_and_little_on_the_cp
     batching, which keeps every seat busy, gains about the ratio of a batch's longest output to the
     mean one. On this CPU a step costs about its tokens, and the gain is small. 192 seats: a large
     batch that is still memory-bound. The gain rides on each static batch's longest draw: over seeds
-    0-11 these settings give 9.4 to 15.8 on the H100 (median 12.7) and 1.5 to 1.9 on the CPU
-    (bench/gpu_presets.py); seed 4, 12.1 and 1.7, is a draw near the median."""
+    0-11 these settings give 9.4 to 15.8 on the H100 (median 12.7) and 1.4 to 1.8 on the CPU
+    (median 1.65; bench/gpu_presets.py); seed 4, 12.1 and 1.6, is a draw near the median."""
     work = make_workload(4 * 192, lengths="heavy", max_tokens=1000, seed=4)   # 3 static batches while loaded
     gain = {p.name: loaded_throughput(p, "continuous", work, 192) / loaded_throughput(p, "static", work, 192)
             for p in (CPU, H100)}

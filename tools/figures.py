@@ -53,7 +53,7 @@ def kv_png(out: Path) -> Path:
     for name, trace in traces.items():
         record = trace.steps[KV_STEP]
         running = sum(phase in ("prefill", "decode") for _, phase in record.all_seats)
-        empty = sum(owner is not None and tokens == 0 for owner, tokens in record.kv_blocks)
+        empty = sum(owner is not None and tokens == 0 for owner, tokens, _ in record.kv_blocks)
         titles.append(f"{name}: {running} running, {empty}/{len(record.kv_blocks)} blocks empty")
     path = out / "kv_contiguous_vs_paged.png"
     save_png("kv", list(traces.values()), str(path), step=KV_STEP, titles=titles)

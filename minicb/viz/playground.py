@@ -39,10 +39,10 @@ LONG_PROMPT_TOKENS = (300, 600)    # a long document's prompt length, uniform in
 
 @dataclass(frozen=True)
 class PlaygroundSettings:
-    """One field per control of the playground. The defaults simulate 500 requests (3,700 steps) in about
-    2 s of CPU, a shade under the CPU preset's knee: p99 TTFT meets the SLO, p99 ITL does not."""
+    """One field per control of the playground. The defaults simulate 500 requests (4,300 steps) in about
+    2 s of CPU, under the CPU preset's knee: p99 TTFT meets the SLO, p99 ITL does not."""
     # The workload.
-    rate: float = 20.0                     # Poisson arrivals, requests per second
+    rate: float = 25.0                     # Poisson arrivals, requests per second
     lengths: str = "heavy"                 # output lengths: "fixed" (32), "uniform" (1-256), "heavy" (Bard-like)
     long_prompt_fraction: float = 0.1      # share of requests whose prompt is a 300-600 token document
     shared_prologue: bool = False          # every speaker line after the same 218-token Prologue (lesson 10)

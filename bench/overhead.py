@@ -20,16 +20,23 @@ from minicb import BARD_PATH, LLMEngine, SamplingParams
 from minicb.workload import bard_prompts
 
 
-def engine_decode_times(num_seqs: int, steps: int, compile: bool = False) -> tuple[float, float]:
-    """Mean seconds per decode step: the whole step, and the forward pass inside it (compiled before timing)."""
+def decoding_engine(num_seqs: int, max_tokens: int, compile: bool = False, seed: int = 0) -> LLMEngine:
+    """An engine with num_seqs Bard requests of mixed context lengths (a speaker line and 16-200 filler
+    tokens), prefilled and one decode step in (so a compiled engine has compiled)."""
     engine = LLMEngine(device="cpu", max_num_seqs=num_seqs, num_blocks=4096, max_num_batched_tokens=8192,
                        compile=compile)
-    g = torch.Generator().manual_seed(num_seqs)
-    for prompt in bard_prompts(num_seqs, seed=num_seqs):
+    g = torch.Generator().manual_seed(seed)
+    for prompt in bard_prompts(num_seqs, seed=seed):
         filler = torch.randint(10, 2000, (int(torch.randint(16, 200, (1,), generator=g)),), generator=g).tolist()
-        engine.add_request(engine.encode(prompt) + filler, SamplingParams(temperature=0, max_tokens=steps + 10,
+        engine.add_request(engine.encode(prompt) + filler, SamplingParams(temperature=0, max_tokens=max_tokens,
                                                                           ignore_eos=True))
     engine.step()   # all prefills
+    engine.step()   # the first decode
+    return engine
+
+
+def time_steps(engine: LLMEngine, steps: int) -> tuple[float, float]:
+    """Mean seconds per step over `steps` steps: the whole step, and the forward pass inside it."""
     forward = 0.0
     execute = engine.runner.execute
 
@@ -41,12 +48,16 @@ def engine_decode_times(num_seqs: int, steps: int, compile: bool = False) -> tup
         return logits
 
     engine.runner.execute = timed_execute
-    engine.step()   # warm-up decode
-    forward = 0.0
     start = time.perf_counter()
     for _ in range(steps):
         engine.step()
+    engine.runner.execute = execute
     return (time.perf_counter() - start) / steps, forward / steps
+
+
+def engine_decode_times(num_seqs: int, steps: int, compile: bool = False) -> tuple[float, float]:
+    """Mean seconds per decode step: the whole step, and the forward pass inside it (compiled before timing)."""
+    return time_steps(decoding_engine(num_seqs, steps + 10, compile, seed=num_seqs), steps)
 
 
 def hf_bare_decode(num_seqs: int, context: int, steps: int) -> float:

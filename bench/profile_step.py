@@ -12,14 +12,14 @@ time minus the forward's.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 from collections import defaultdict
+from pathlib import Path
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
-from minicb import LLMEngine, SamplingParams
-from minicb.workload import bard_prompts
+sys.path.insert(0, str(Path(__file__).parent))
+from overhead import decoding_engine, time_steps  # noqa: E402
 
 KINDS = {  # the outermost aten op of each kind of work -> kind (its CPU time includes the ops it calls)
     "aten::mm": "matmul (projections, LM head)",
@@ -37,29 +37,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
-    engine = LLMEngine(device="cpu", max_num_seqs=args.seqs, num_blocks=4096, compile=args.compile)
-    g = torch.Generator().manual_seed(0)
-    for prompt in bard_prompts(args.seqs, seed=0):
-        filler = torch.randint(10, 2000, (int(torch.randint(16, 200, (1,), generator=g)),), generator=g).tolist()
-        engine.add_request(engine.encode(prompt) + filler,
-                           SamplingParams(temperature=0, max_tokens=3 * args.steps, ignore_eos=True))
-    for _ in range(3):
-        engine.step()   # the prefills, and the first decodes (which compile, with --compile)
-    forward = 0.0
-    execute = engine.runner.execute
-
-    def timed_execute(batch):
-        nonlocal forward
-        start = time.perf_counter()
-        logits = execute(batch)
-        forward += time.perf_counter() - start
-        return logits
-
-    engine.runner.execute = timed_execute
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        engine.step()
-    step_s, forward_s = (time.perf_counter() - start) / args.steps, forward / args.steps
+    engine = decoding_engine(args.seqs, 3 * args.steps, args.compile)
+    step_s, forward_s = time_steps(engine, args.steps)
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(args.steps):

@@ -182,6 +182,23 @@ def compare_greedy(got: list[int], want: list[int], ref_logits: torch.Tensor) ->
     return "equal"
 
 
+def count_near_ties(runner, prompt_ids: list[list[int]], got: list[list[int]], want: list[list[int]],
+                    bound: float = NEAR_TIE_GAP, what: str = "the run") -> int:
+    """How many of `got` diverge from `want`, the reference's greedy tokens for the same prompts. Each
+    divergence must start where the reference's top-2 logit gap (after prompt + want's tokens so far,
+    prefilled alone on `runner`) is below `bound`; anywhere else it is a bug, and this fails saying so."""
+    near_ties = 0
+    for ids, g, w in zip(prompt_ids, got, want):
+        if g == w:
+            continue
+        step = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+        assert step < min(len(g), len(w)), f"{what} made {len(g)} tokens where the reference made {len(w)}"
+        gap = top2_gap(runner, ids + w[:step])
+        assert gap < bound, f"{what} diverged from the reference at token {step}, top-2 gap {gap:.2e}: a bug"
+        near_ties += 1
+    return near_ties
+
+
 def top2_gap(runner, token_ids: list[int]) -> float:
     """The gap between the two best next-token logits after token_ids, prefilled alone."""
     from minicb.batch import FlatBatch, SequenceChunk

@@ -42,7 +42,7 @@ class SloReport:
                 f"p99 ITL {self.itl_p99_s * 1e3:.1f} ms, goodput {self.goodput_rps:.1f} req/s")
 
 
-def slo_workload(n: int = 400, rate: float = 40.0, long_every: int = 10, seed: int = 0) -> list[WorkloadRequest]:
+def slo_workload(n: int = 400, rate: float = 48.0, long_every: int = 10, seed: int = 0) -> list[WorkloadRequest]:
     """n requests at `rate` per second; every `long_every`-th is a 300-600 token document to summarise."""
     rng = random.Random(seed)
     prompts: list[str | list[int]] = list(bard_prompts(n, seed))

@@ -5,7 +5,7 @@
 1. p50/p99 latency with and without preemption, on a workload that oversubscribes the KV pool
    (simulated, 2,000 requests; and real Bard, 96 requests).
 2. Recompute vs swap time for one preempted sequence as a function of its context length, from
-   the cost model measured on this device (measure_preemption_cost), and the crossover.
+   the cost model measured on this device (measure_preemption_cost), and where each way back is cheaper.
 3. Decoders' ITL p99 with chunked prefill off and on while long prompts arrive (real Bard).
 4. Goodput under 2x overload, with and without admission limits (simulated).
 """
@@ -53,8 +53,8 @@ def recompute_vs_swap() -> None:
     table = {t: (cost.recompute_s(t), cost.swap_s(t)) for t in (16, 64, 256, 1024)}
     for t, (rec, swap) in table.items():
         print(f"   context {t:5d}: recompute {rec * 1e3:8.3f} ms   swap (out + in) {swap * 1e3:8.3f} ms")
-    print(f"   crossover: swap is cheaper from {cost.crossover_tokens():.0f} tokens of context")
-    RESULTS["recompute_vs_swap"] = {"cost_model": cost.__dict__, "crossover_tokens": cost.crossover_tokens(),
+    print(f"   the cheaper way back, by context length: {cost.describe()}")
+    RESULTS["recompute_vs_swap"] = {"cost_model": cost.__dict__, "ranges": cost.ranges(),
                                     "ms": {t: [round(r * 1e3, 3), round(s * 1e3, 3)] for t, (r, s) in table.items()}}
 
 

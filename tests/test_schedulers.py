@@ -388,26 +388,20 @@ def test_auto_mode_follows_the_cost_model(tiny_checkpoint, crossover, expect_swa
 
 
 def test_measured_preemption_cost_is_sane(tiny_checkpoint):
+    """Only what holds however loaded the machine is: every price positive and growing with the context
+    (the fit clamps its coefficients at 0), and the choice's ranges describe these prices exactly. Where
+    recompute and swap cross depends on the timings, so it is shown in lesson 06 and bench/, not asserted."""
     from minicb.runner import measure_preemption_cost
 
     engine = make_engine(tiny_checkpoint, num_blocks=64, preemption_mode="swap", swap_space_mb=1)
     cost = measure_preemption_cost(engine.runner)
-    assert cost.recompute_s(512) > cost.recompute_s(16) > 0
-    assert cost.swap_s(512) >= cost.swap_s(16) > 0
-    # Swap is cheaper where recompute - swap = c t^2 + b t + a > 0 (the fit keeps c >= 0): from 0 tokens if
-    # a > 0, else past the larger root; the bisection searches up to 2^20 tokens.
-    a, b, c = (cost.recompute_fixed - cost.swap_fixed, cost.recompute_per_token - cost.swap_per_token,
-               cost.recompute_per_token_sq)
-    if a > 0:
-        analytic = 0.0
-    elif c > 0:
-        analytic = float(int((-b + (b * b - 4 * c * a) ** 0.5) / (2 * c)) + 1)
-    else:
-        analytic = float(int(-a / b) + 1) if b > 0 else float("inf")
-    analytic = analytic if analytic <= 1 << 20 else float("inf")
-    assert cost.crossover_tokens() == analytic, cost
-    # ... and "auto" turns from recompute to swap there, and nowhere else.
-    assert [cost.swap_s(t) < cost.recompute_s(t) for t in range(4096)] == [t >= analytic for t in range(4096)], cost
+    contexts = [0, 1, 16, 512, 4096]
+    for price in (cost.recompute_s, cost.swap_s):
+        prices = [price(t) for t in contexts]
+        assert all(p > 0 for p in prices[1:]) and prices == sorted(prices), (price.__name__, prices, cost)
+    spans = cost.ranges()
+    assert [cost.swap_is_cheaper(t) for t in range(4096)] == [
+        next(choice for first, stop, choice in spans if first <= t < stop) == "swap" for t in range(4096)], cost
 
 
 def test_equal_requests_in_a_tight_pool_do_not_evict_each_other_forever(tiny_checkpoint):

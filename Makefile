@@ -18,10 +18,17 @@ $(STAMP): pyproject.toml constraints.txt
 # about Jupyter news or checks for updates (tools/jupyterlab-overrides.json), and nothing outside it changes.
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
+# Workshops often run the course in a container as root, where JupyterLab refuses to start without --allow-root:
+# `make lab` adds it there and says so. LAB_FLAGS passes more, e.g. LAB_FLAGS="--ip=0.0.0.0 --no-browser" to reach
+# a container's JupyterLab from the host's browser.
+LAB_AS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+LAB_FLAGS   ?=
+
 lab: $(STAMP)
 	mkdir -p notebooks $(LAB_SETTINGS)
 	cp tools/jupyterlab-overrides.json $(LAB_SETTINGS)/overrides.json
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	@[ -z "$(LAB_AS_ROOT)" ] || echo "make lab: running as root (a container?), so JupyterLab starts with --allow-root"
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_FLAGS)
 
 # The tests grade the reference solutions (MINICB_IMPL=solutions); tests/test_course.py also runs the
 # exercise tests against the stubs, where each must fail with its own task's message. nbval runs every

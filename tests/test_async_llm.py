@@ -44,7 +44,7 @@ def count_steps(llm: AsyncLLM, monkeypatch, fail_at: int | None = None) -> list[
     return threads
 
 
-async def until(condition, timeout: float = 10) -> None:
+async def until(condition, timeout: float = 60) -> None:   # liveness, generous for a loaded machine
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout} s"

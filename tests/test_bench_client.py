@@ -2,6 +2,7 @@
 on canned responses, and whole runs against a real `python -m minicb serve`."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import socket
@@ -13,6 +14,7 @@ from minicb.server_process import start_server
 from minicb import bench_client as bc
 from minicb.cli import main
 from minicb.client_metrics import stream_metrics
+from minicb.slo import RequestSlo, SloTarget
 
 
 def record(outcome: str = bc.COMPLETED, chunks: list[tuple[float, int]] | None = None, send: float = 0.0,
@@ -35,7 +37,7 @@ RECORDS = [
 
 
 def test_the_summary_counts_outcomes_and_pools_every_itl():
-    s = bc.summarize_records(RECORDS, 2.0, slo_ttft=1.0, slo_itl=0.05)
+    s = bc.summarize_records(RECORDS, 2.0, SloTarget().per_request())
     assert (s["requests"], s["completed"], s["rejected"], s["failed"]) == (5, 3, 1, 1)
     assert s["output_tokens"] == 8 and s["output_throughput"] == 4.0 and s["request_throughput"] == 1.5
     assert s["ttft"]["p50"] == pytest.approx(0.3) and s["ttft"]["mean"] == pytest.approx(1.3 / 3)
@@ -44,20 +46,46 @@ def test_the_summary_counts_outcomes_and_pools_every_itl():
     assert s["e2e"]["p99"] == pytest.approx(0.34 + 0.98 * (0.9 - 0.34))
 
 
-@pytest.mark.parametrize("slo_ttft,slo_itl,good", [
-    (1.0, 0.05, 2),     # the first has TPOT 0.1 > 0.05; the one-token request meets the ITL half by having none
-    (1.0, 0.1, 3),
-    (0.2, 1.0, 1),      # only the first answers within 0.2 s
-    (0.05, 1.0, 0),
+# A stream that stalls once: TTFT 0.1, gaps 0.01, 0.2 and 0.01, so its TPOT (0.22 / 3) hides the 0.2 s stall.
+STALLED = record(chunks=[(0.1, 1), (0.11, 1), (0.31, 1), (0.32, 1)])
+
+
+@pytest.mark.parametrize("slo,good", [
+    # By hand, for the completed requests (TTFT; longest gap; TPOT; e2e): the first (0.1; 0.1; 0.1; 0.3), the
+    # second (0.3; 0.02; 0.0133; 0.34), the one-token third (0.9; none; none; 0.9), STALLED (0.1; 0.2; 0.0733; 0.32).
+    (RequestSlo(ttft_s=1.0, itl_s=0.05), 2),    # the second and the third: a one-token reply has no gap to miss
+    (RequestSlo(ttft_s=1.0, tpot_s=0.08), 3),   # the stall passes on the mean gap: the same runs, one more good
+    (RequestSlo(ttft_s=1.0, itl_s=0.15), 3),    # only STALLED's 0.2 s gap misses
+    (RequestSlo(e2e_s=0.5), 3),                 # the third ends 0.9 s after its send
+    (RequestSlo(ttft_s=0.2), 2),                # the first and STALLED
+    (RequestSlo(ttft_s=0.2, e2e_s=0.31), 1),    # every target: STALLED meets the TTFT but ends at 0.32 s
+    (RequestSlo(ttft_s=0.05), 0),
 ])
-def test_goodput_counts_completed_requests_within_both_slos(slo_ttft, slo_itl, good):
-    s = bc.summarize_records(RECORDS, 2.0, slo_ttft, slo_itl)
+def test_goodput_counts_completed_requests_that_meet_every_target_set(slo, good):
+    s = bc.summarize_records([*RECORDS, STALLED], 2.0, slo)
     assert s["good"] == good and s["goodput"] == good / 2.0
+    assert s["slo"] == {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
+
+
+def test_each_slo_flag_sets_the_target_it_names_and_the_summary_names_them():
+    parser = argparse.ArgumentParser()
+    bc.add_arguments(parser)
+    default = parser.parse_args([])
+    assert (default.slo_ttft, default.slo_itl, default.slo_tpot, default.slo_e2e) == (1.0, 0.05, None, None)
+    as_vllm = parser.parse_args(["--slo-itl", "none", "--slo-tpot", "0.08"])
+    assert (as_vllm.slo_ttft, as_vllm.slo_itl, as_vllm.slo_tpot) == (1.0, None, 0.08)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--slo-itl", "-1"])
+    slo = RequestSlo(ttft_s=as_vllm.slo_ttft, tpot_s=as_vllm.slo_tpot)
+    result = bc.BenchResult({"num_prompts": 4, "workload": "bard", "max_tokens": 8, "rate": 2.0, "model": "bard",
+                             "base_url": "http://x"}, 2.0, bc.summarize_records([*RECORDS, STALLED], 2.0, slo),
+                            [*RECORDS, STALLED])
+    assert "goodput 1.50 req/s (3 with TTFT <= 1 s and TPOT <= 80 ms)" in bc.format_summary(result)
 
 
 def test_a_run_where_nothing_completes_has_no_latencies_and_saves_as_standard_json(tmp_path):
     records = [record(bc.REJECTED, status=429, error="HTTP 429", end=0.01)]
-    s = bc.summarize_records(records, 0.01, 1.0, 0.05)
+    s = bc.summarize_records(records, 0.01, SloTarget().per_request())
     assert s["completed"] == 0 and s["goodput"] == 0.0 and s["ttft"] == dict.fromkeys(("mean", "p50", "p90", "p99"))
     config = {"base_url": "http://x", "model": "bard", "rate": None, "num_prompts": 1, "workload": "bard",
               "max_tokens": 8}
@@ -69,7 +97,7 @@ def test_a_run_where_nothing_completes_has_no_latencies_and_saves_as_standard_js
 
 
 def test_results_round_trip_through_json(tmp_path):
-    result = bc.BenchResult({"base_url": "http://x", "rate": 2.5}, 2.0, bc.summarize_records(RECORDS, 2.0, 1.0, 0.05),
+    result = bc.BenchResult({"base_url": "http://x", "rate": 2.5}, 2.0, bc.summarize_records(RECORDS, 2.0, SloTarget().per_request()),
                             RECORDS)
     bc.save_results([result, result], tmp_path / "sweep.json")
     assert bc.load_results(tmp_path / "sweep.json") == [result, result]
@@ -128,7 +156,7 @@ def test_a_connection_error_is_a_failure_not_a_crash():
 # --- the sweep's figure --------------------------------------------------------------------------------
 
 def test_the_sweep_plot_draws_latency_and_throughput_against_the_rate(tmp_path):
-    summary = bc.summarize_records(RECORDS, 2.0, 1.0, 0.05)
+    summary = bc.summarize_records(RECORDS, 2.0, SloTarget().per_request())
     results = [bc.BenchResult({"rate": rate}, 2.0, summary, RECORDS) for rate in (4.0, 1.0, 2.0)]
     fig = bc.plot_rate_sweep(results)
     assert [ax.get_title() for ax in fig.axes] == ["time to first token", "inter-token latency", "throughput"]

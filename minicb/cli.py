@@ -19,6 +19,10 @@ from minicb.workload import make_workload, run_workload
 DEMO_SPEAKERS = ("ROMEO.", "JULIET.")
 
 
+class RequestFailed(RuntimeError):
+    """The completion ended with finish_reason "error" (NaN logits, say); the message is its reason."""
+
+
 def bard_prompt(text: str) -> str:
     """Bard's prompts are a speaker line: `ROMEO.` becomes `ROMEO.\\n`."""
     return text if text.endswith("\n") else text + "\n"
@@ -42,6 +46,8 @@ def stream_one(llm: LLM, prompt: str, params: SamplingParams, out: TextIO | None
         raise
     completion = output.outputs[0]
     out.write(f"\n[{len(completion.token_ids)} tokens, finished: {completion.finish_reason}]\n")
+    if completion.finish_reason == "error":
+        raise RequestFailed(output.reason)
     return output
 
 
@@ -150,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write("\n")
         if args.command == "demo":
             compare_batching(args)
-    except (ValueError, OSError, ArithmeticError) as err:
+    except (ValueError, OSError, RequestFailed) as err:
         # Bad input (ValueError, a prompt that is not valid Unicode included), a model path that is missing or is
-        # a file (OSError), NaN logits (ArithmeticError): their messages name the fix, so a traceback adds nothing.
+        # a file (OSError), a completion that failed (NaN logits): their messages say why, a traceback adds nothing.
         sys.stdout.flush()   # whatever was streamed comes first, also where stdout is a buffered pipe
         print(f"error: {err}", file=sys.stderr)
         return 2

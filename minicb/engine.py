@@ -128,6 +128,14 @@ class LLMEngine:
             self.scheduler.abort(req, reason)
             self._hand_back_later(req)
 
+    def fail(self, request_id: str, reason: str) -> None:
+        """End an unfinished request with finish_reason "error", e.g. when a step failed around it: what the
+        half-done step left in its state cannot be trusted, and its blocks go back to the pool."""
+        req = self.requests[request_id]
+        if not req.status.finished:
+            self.scheduler.fail(req, reason)
+            self._hand_back_later(req)
+
     def _hand_back_later(self, req: Request) -> None:
         """A request ended outside a step (rejected, aborted): its output goes back with the next step."""
         req.metrics.finished_time = self.clock()
@@ -190,13 +198,9 @@ class LLMEngine:
 
     @staticmethod
     def _sample(due: list[Request], logits: torch.Tensor) -> dict[Request, int | None]:
-        """A token for each request due one; a request whose logits are not finite gets None and fails
-        alone, while everyone else in the batch carries on."""
-        finite = torch.isfinite(logits).all(dim=-1).tolist()   # (B',)
-        ok = [r for r, f in zip(due, finite) if f]
-        rows = logits if len(ok) == len(due) else logits[torch.tensor(finite, device=logits.device)]
-        tokens = iter(sample(rows, [r.params for r in ok], [r.generator for r in ok]))
-        return {r: next(tokens) if f else None for r, f in zip(due, finite)}
+        """A token for each request due one; a request whose row cannot be sampled (NaN or inf) gets None
+        and fails alone, while everyone else in the batch carries on."""
+        return dict(zip(due, sample(logits, [r.params for r in due], [r.generator for r in due])))
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses

@@ -81,24 +81,27 @@ def test_every_sampling_flag_has_help_and_the_cli_temperature_default_is_explain
 
 
 class FailingMidStream:
-    """Stands in for LLM: streams one piece of text, then fails the way a NaN in the logits does."""
+    """Stands in for LLM: streams one piece of text, then ends the way a request whose logits went NaN does."""
 
     def __init__(self, *args, **kwargs):
         pass
 
     def stream(self, prompts, params):
+        from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
+
         yield 0, "But soft", None
-        raise FloatingPointError("logits contain NaN or inf; those requests cannot be sampled")
+        failed = CompletionOutput(text="But soft", token_ids=[5, 6], finish_reason="error")
+        yield 0, "", RequestOutput("0", prompts[0], [1], [failed], True, RequestMetrics(0.0), reason="NaN logits")
 
 
-def test_an_error_mid_stream_starts_on_its_own_line(capsys, monkeypatch):
+def test_a_failed_completion_says_why_on_its_own_line_and_exits_2(capsys, monkeypatch):
     import minicb.cli
 
     monkeypatch.setattr(minicb.cli, "LLM", FailingMidStream)
     assert minicb.cli.main(["generate", "--prompt", "ROMEO."]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "ROMEO.\nBut soft\n"
-    assert captured.err == "error: logits contain NaN or inf; those requests cannot be sampled\n"
+    assert captured.out == "ROMEO.\nBut soft\n[2 tokens, finished: error]\n"
+    assert captured.err == "error: NaN logits\n"
 
 
 def test_a_refused_prompt_prints_only_the_error(capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.sampling import SamplingParams, find_stop, sample
+from minicb.sampling import GREEDY_BELOW, SamplingParams, find_stop, sample
 
 
 @pytest.mark.parametrize("field,value", [
@@ -43,11 +43,62 @@ def test_top_k_and_top_p_restrict_the_support():
     assert set(draw(logits, SamplingParams(top_p=0.01)).tolist()) == {0}
 
 
-def test_low_temperature_approaches_greedy_and_nan_is_reported():
+def test_low_temperature_approaches_greedy():
     logits = torch.tensor([1.0, 3.0, 2.0])
     assert set(draw(logits, SamplingParams(temperature=1e-3), n=200).tolist()) == {1}
-    with pytest.raises(FloatingPointError, match="contain NaN"):
-        sample(torch.tensor([[0.0, 1.0], [float("nan"), 1.0]]), [SamplingParams()] * 2, [torch.Generator()] * 2)
+
+
+@pytest.mark.parametrize("temperature", [1e-6, 1e-37, 1e-40, 5e-324])
+def test_a_temperature_below_greedy_below_is_greedy_and_leaves_its_batch_alone(temperature):
+    """Dividing by 1e-40 overflows fp32 logits to inf, and the softmax to NaN; such a temperature is greedy
+    instead, and its companions draw what they draw without it."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
+    tiny, plain = SamplingParams(temperature=temperature), SamplingParams(temperature=1.0)
+    assert tiny.greedy and not SamplingParams(temperature=GREEDY_BELOW).greedy
+    together = sample(logits, [plain, tiny, plain], [torch.Generator().manual_seed(s) for s in (1, 2, 3)])
+    assert together[1] == int(logits[1].argmax())
+    alone = [sample(logits[[i]], [plain], [torch.Generator().manual_seed(s)])[0] for i, s in ((0, 1), (2, 3))]
+    assert [together[0], together[2]] == alone
+
+
+def test_a_row_that_cannot_be_sampled_gets_none_and_the_others_their_own_draws():
+    """NaN logits, and finite logits that overflow once divided by the temperature: None for that row
+    alone (the engine fails its request), and every other row draws exactly what it draws alone."""
+    good = torch.tensor([0.0, 1.0, 0.5, -1.0])
+    rows = torch.stack([good, torch.tensor([float("nan"), 1.0, 0.0, 0.0]), good,
+                        torch.tensor([3e38, 0.0, 0.0, 0.0]), good])
+    params = [SamplingParams(), SamplingParams(), SamplingParams(temperature=0),
+              SamplingParams(temperature=0.5), SamplingParams(top_k=3, seed=4)]
+    got = sample(rows, params, [torch.Generator().manual_seed(i) for i in range(5)])
+    assert got[1] is None and got[3] is None
+    for i in (0, 2, 4):
+        assert got[i] == sample(good[None], [params[i]], [torch.Generator().manual_seed(i)])[0]
+
+
+def test_the_same_row_and_generator_draw_the_same_tokens_whatever_else_is_in_the_batch():
+    """A request's draws are a function of its own row of logits and its own generator: 40 steps alone
+    against the same 40 steps at a changing position among changing companions (greedy, plain, filtered,
+    hot, cold, a NaN row), for plain and filtered sampling."""
+    rng = torch.Generator().manual_seed(0)
+    V = 500
+    kinds = [SamplingParams(temperature=0), SamplingParams(temperature=0.7), SamplingParams(top_k=20),
+             SamplingParams(temperature=1.3, top_p=0.9), SamplingParams(top_k=5, top_p=0.5)]
+    for mine in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=50, top_p=0.95)):
+        solo_gen, batched_gen = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+        for step in range(40):
+            row = torch.randn(V, generator=rng) * 3
+            solo = sample(row[None].clone(), [mine], [solo_gen])[0]
+            size = 1 + step % 9
+            where = int(torch.randint(size, (), generator=rng))
+            batch = torch.randn(size, V, generator=rng) * 3
+            batch[where] = row
+            if size > 2:
+                batch[(where + 1) % size, 0] = float("nan")
+            params = [kinds[int(torch.randint(len(kinds), (), generator=rng))] for _ in range(size)]
+            params[where] = mine
+            gens = [torch.Generator().manual_seed(100 * step + i) for i in range(size)]
+            gens[where] = batched_gen
+            assert sample(batch, params, gens)[where] == solo, f"step {step}, position {where} of {size}"
 
 
 def test_greedy_and_sampled_rows_mix_in_one_batch():

@@ -77,10 +77,16 @@ class SchedulerBase(ABC):
         return stale
 
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
+        self._end(request, RequestStatus.FINISHED_ABORTED, reason)
+
+    def fail(self, request: Request, reason: str) -> None:
+        self._end(request, RequestStatus.FINISHED_ERROR, reason)
+
+    def _end(self, request: Request, status: RequestStatus, reason: str) -> None:
         if request.status.finished:
             return
         self._drop(request)
-        request.status, request.reason = RequestStatus.FINISHED_ABORTED, reason
+        request.status, request.reason = status, reason
 
     def kv_usage(self) -> BlockUsage:
         return self.kv.usage()

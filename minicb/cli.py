@@ -63,10 +63,19 @@ def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 
         rows.append((batching, stats))
         print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its seat)")
         print(occupancy_chart(llm.engine.trace) + "\n")
-    print(f"{'':12s} {'steps':>6s} {'seat util':>9s} {'tok/s':>7s} {'mean TTFT':>10s} {'mean e2e':>9s}")
+    print(batching_table(rows))
+
+
+def batching_table(rows: list[tuple[str, dict]]) -> str:
+    """summarize()'s figures side by side. The schedule's own figures come first: they are the same on any
+    machine under any load. The times after them are this machine's, now; another program can halve them."""
+    lines = [f"{'':12s} {'steps':>6s} {'seat util':>9s} {'tokens/step':>11s} | {'mean TTFT':>9s} {'mean e2e':>9s} "
+             f"{'tok/s':>6s}   (after |: this machine's speed, now)"]
     for name, st in rows:
-        print(f"{name:12s} {st['steps']:6d} {100 * st['seat_utilization']:8.0f}% {st['output_tok_per_s']:7.0f} "
-              f"{st['ttft']['mean']:9.2f}s {st['e2e']['mean']:8.2f}s")
+        lines.append(f"{name:12s} {st['steps']:6d} {100 * st['seat_utilization']:8.0f}% "
+                     f"{st['output_tokens'] / st['steps']:11.1f} | {st['ttft']['mean']:8.2f}s {st['e2e']['mean']:8.2f}s "
+                     f"{st['output_tok_per_s']:6.0f}")
+    return "\n".join(lines)
 
 
 def show_progress(lessons: list[int] | None) -> int:

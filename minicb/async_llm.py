@@ -215,12 +215,14 @@ class AsyncLLM:
                     listener(output)
 
     def _fail_all(self, err: Exception) -> None:
-        """Fail every request in flight with the step's error and abort them all: what a half-done step
-        left in their state cannot be trusted, and the pool must be freed. The engine stays up for the
-        requests that come next."""
+        """Fail every request in flight with the step's error (finish_reason "error", as /metrics counts
+        them): what a half-done step left in their state cannot be trusted, and the pool must be freed. The
+        engine stays up for the requests that come next."""
         log.error("an engine step failed: %r; failing the %d requests in flight", err, len(self._streams))
-        self._fail_streams(EngineError(f"an engine step failed: {err!r}"))
-        self._abort_everything(f"an engine step failed: {err!r}")
+        reason = f"an engine step failed: {err!r}"
+        self._fail_streams(EngineError(reason))
+        for request_id in [rid for rid, req in self.engine.requests.items() if not req.status.finished]:
+            self.engine.fail(request_id, reason)
 
     def _fail_streams(self, error: Exception) -> None:
         for stream in self._streams.values():

@@ -19,6 +19,10 @@ from minicb.workload import make_workload, run_workload
 DEMO_SPEAKERS = ("ROMEO.", "JULIET.")
 
 
+class RequestFailed(RuntimeError):
+    """The completion ended with finish_reason "error" (NaN logits, say); the message is its reason."""
+
+
 def bard_prompt(text: str) -> str:
     """Bard's prompts are a speaker line: `ROMEO.` becomes `ROMEO.\\n`."""
     return text if text.endswith("\n") else text + "\n"
@@ -42,6 +46,8 @@ def stream_one(llm: LLM, prompt: str, params: SamplingParams, out: TextIO | None
         raise
     completion = output.outputs[0]
     out.write(f"\n[{len(completion.token_ids)} tokens, finished: {completion.finish_reason}]\n")
+    if completion.finish_reason == "error":
+        raise RequestFailed(output.reason)
     return output
 
 
@@ -57,10 +63,19 @@ def compare_batching(args: argparse.Namespace, requests: int = 24, seats: int = 
         rows.append((batching, stats))
         print(f"{batching} batching (letters: requests, CAPITAL: prefill, '.': finished but holding its seat)")
         print(occupancy_chart(llm.engine.trace) + "\n")
-    print(f"{'':12s} {'steps':>6s} {'seat util':>9s} {'tok/s':>7s} {'mean TTFT':>10s} {'mean e2e':>9s}")
+    print(batching_table(rows))
+
+
+def batching_table(rows: list[tuple[str, dict]]) -> str:
+    """summarize()'s figures side by side. The schedule's own figures come first: they are the same on any
+    machine under any load. The times after them are this machine's, now; another program can halve them."""
+    lines = [f"{'':12s} {'steps':>6s} {'seat util':>9s} {'tokens/step':>11s} | {'mean TTFT':>9s} {'mean e2e':>9s} "
+             f"{'tok/s':>6s}   (after |: this machine's speed, now)"]
     for name, st in rows:
-        print(f"{name:12s} {st['steps']:6d} {100 * st['seat_utilization']:8.0f}% {st['output_tok_per_s']:7.0f} "
-              f"{st['ttft']['mean']:9.2f}s {st['e2e']['mean']:8.2f}s")
+        lines.append(f"{name:12s} {st['steps']:6d} {100 * st['seat_utilization']:8.0f}% "
+                     f"{st['output_tokens'] / st['steps']:11.1f} | {st['ttft']['mean']:8.2f}s {st['e2e']['mean']:8.2f}s "
+                     f"{st['output_tok_per_s']:6.0f}")
+    return "\n".join(lines)
 
 
 def show_progress(lessons: list[int] | None) -> int:
@@ -150,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write("\n")
         if args.command == "demo":
             compare_batching(args)
-    except (ValueError, OSError, ArithmeticError) as err:
+    except (ValueError, OSError, RequestFailed) as err:
         # Bad input (ValueError, a prompt that is not valid Unicode included), a model path that is missing or is
-        # a file (OSError), NaN logits (ArithmeticError): their messages name the fix, so a traceback adds nothing.
+        # a file (OSError), a completion that failed (NaN logits): their messages say why, a traceback adds nothing.
         sys.stdout.flush()   # whatever was streamed comes first, also where stdout is a buffered pipe
         print(f"error: {err}", file=sys.stderr)
         return 2

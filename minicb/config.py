@@ -32,7 +32,9 @@ class EngineConfig:
     batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs to its
     #                                     end; "padded": static on a dense padded batch, computing the pads
     max_num_seqs: int = 32              # sequences in one step: the batch's seats
-    max_num_batched_tokens: int = 2048  # tokens in one step: caps the cost of a step full of prefills
+    max_num_batched_tokens: int | None = None  # tokens in one step: caps the cost of a step full of prefills.
+    #                                     None: 2048 with chunked prefill; without, at least max_model_len, so that
+    #                                     a prompt of any length the engine allows fits one step (vLLM V0's rule)
     max_model_len: int | None = None    # prompt + output per request; None: what the model supports
 
     # Prefill against decode: lesson 07.
@@ -84,8 +86,10 @@ class EngineConfig:
             if not valid(value):
                 raise ValueError(f"EngineConfig.{name}={value!r} is invalid: {fix}")
 
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        for name in ("max_num_seqs", "block_size"):
             check(name, lambda v: is_int(v) and v >= 1, "use an integer >= 1")
+        check("max_num_batched_tokens", lambda v: v is None or (is_int(v) and v >= 1),
+              "use an integer >= 1 or None (None: 2048, or max_model_len if more, without chunked prefill)")
         check("num_blocks", lambda v: v is None or (is_int(v) and v >= 1), "use an integer >= 1 or None")
         check("max_model_len", lambda v: v is None or (is_int(v) and v >= 2),
               "use an integer >= 2 or None (None: what the model supports)")
@@ -111,6 +115,16 @@ class EngineConfig:
             raise ValueError(f"enable_prefix_caching needs batching='continuous' and kv_reservation='paged', not "
                              f"{self.batching!r} and {self.kv_reservation!r}: a cached prefix is shared block by "
                              "block, as paged continuous batching hands them out")
+
+
+    def token_budget(self, max_model_len: int) -> int:
+        """max_num_batched_tokens, or its default for an engine that serves max_model_len tokens per sequence."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return DEFAULT_TOKEN_BUDGET if self.enable_chunked_prefill else max(DEFAULT_TOKEN_BUDGET, max_model_len)
+
+
+DEFAULT_TOKEN_BUDGET = 2048   # vLLM's default max_num_batched_tokens with chunked prefill
 
 
 # The one place minicb reads these variables: field -> (variable, value when neither is given).

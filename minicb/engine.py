@@ -10,8 +10,11 @@ One engine step, as data:
 """
 from __future__ import annotations
 
+import sys
 import warnings
 import zlib
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -32,9 +35,36 @@ from minicb.simulator import SimulatedRunner
 from minicb.trace import Trace
 
 
+PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
 class PoolTooSmallWarning(UserWarning):
     """The KV pool cannot hold one max_model_len sequence (vLLM refuses to start; minicb warns, since
     the lessons shrink the pool on purpose)."""
+
+
+def fit_max_model_len(config: EngineConfig, model_limit: int, pool_tokens: int) -> tuple[int, str]:
+    """max_model_len, and the fix to name for a prompt over it. Unset, it is the model's limit, capped, as
+    vLLM caps it, to what a pool sized from kv_cache_memory_mb holds, so that every length it allows can
+    be served. An explicit num_blocks is a pool chosen on purpose (the lessons shrink it): no cap, a warning."""
+    if config.max_model_len is not None:
+        if config.max_model_len > model_limit:
+            raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds the model's {model_limit}")
+        return config.max_model_len, "shorten the prompt"
+    if config.num_blocks is None and 2 <= pool_tokens < model_limit:
+        return pool_tokens, (f"shorten the prompt, or raise kv_cache_memory_mb={config.kv_cache_memory_mb:g}: the "
+                             f"model allows {model_limit} tokens, but max_model_len is capped to the {pool_tokens} "
+                             "its KV pool holds")
+    return model_limit, "shorten the prompt"
+
+
+def stacklevel_outside_minicb() -> int:
+    """The stacklevel that makes warnings.warn, called by the caller of this function, name the first line
+    outside minicb: the user's own call, not LLM's or AsyncLLM's call of LLMEngine."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class LLMEngine:
@@ -46,9 +76,14 @@ class LLMEngine:
         device = resolve_device(c.device)
         dtype = resolve_dtype(c.dtype, device)
         model_path = resolve_model_path(c.model)   # once: a hub id may cost a look-up on the network
-        block_bytes = read_model_config(model_path).kv_bytes_per_block(c.block_size, dtype)
+        model_config = read_model_config(model_path)
+        block_bytes = model_config.kv_bytes_per_block(c.block_size, dtype)
         num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 // block_bytes))
         num_swap_blocks = 0 if c.preemption_mode == "recompute" else int(c.swap_space_mb * 2**20 // block_bytes)
+        pool_tokens = num_blocks * c.block_size
+        self.max_model_len, self._too_long_fix = fit_max_model_len(c, model_config.max_model_len, pool_tokens)
+        if c.max_num_batched_tokens is None:
+            self.config = c = replace(c, max_num_batched_tokens=c.token_budget(self.max_model_len))
         self.runner: Runner
         if c.simulate:
             self.runner = SimulatedRunner(model_path, c.step_cost, num_blocks, c.block_size, num_swap_blocks)
@@ -58,17 +93,14 @@ class LLMEngine:
                                       num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention,
                                       compile=c.compile)
         self.tokenizer = self.runner.tokenizer
-        model_limit = self.runner.config.max_model_len
-        if c.max_model_len is not None and c.max_model_len > model_limit:
-            raise ValueError(f"EngineConfig.max_model_len={c.max_model_len} exceeds the model's {model_limit}")
-        self.max_model_len = c.max_model_len or model_limit
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
-        self.max_seq_tokens = max_seq_tokens = min(self.max_model_len, num_blocks * c.block_size)
+        self.max_seq_tokens = max_seq_tokens = min(self.max_model_len, pool_tokens)
         if max_seq_tokens < self.max_model_len:
+            pool = "num_blocks" if c.num_blocks else "kv_cache_memory_mb"
             warnings.warn(f"the KV pool holds {max_seq_tokens} tokens ({num_blocks} blocks of {c.block_size}), "
                           f"less than one sequence of max_model_len={self.max_model_len}: longer requests stop "
-                          "early with finish_reason 'length'. Raise num_blocks or kv_cache_memory_mb, or set "
-                          f"max_model_len <= {max_seq_tokens}", PoolTooSmallWarning, stacklevel=2)
+                          f"early with finish_reason 'length'. Raise {pool}, or set max_model_len <= "
+                          f"{max_seq_tokens}", PoolTooSmallWarning, stacklevel=stacklevel_outside_minicb())
         kv = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len, num_swap_blocks,
                           allocator=parts.allocator)
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
@@ -87,7 +119,7 @@ class LLMEngine:
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(prompt, self.tokenizer, self.runner.config.vocab_size, self.max_model_len,
-                             self.runner.model_path)
+                             self.runner.model_path, self._too_long_fix)
 
     def make_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
                      arrival_time: float | None = None, priority: int = 0) -> Request:
@@ -98,8 +130,12 @@ class LLMEngine:
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
         seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
-        return Request(request_id, prompt_text(prompt), ids, params, make_generator(seed, self.runner.device),
-                       RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
+        req = Request(request_id, prompt_text(prompt), ids, params, make_generator(seed, self.runner.device),
+                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
+        never = self.scheduler.why_never_servable(req)
+        if never:   # bad input, not a busy engine: asking again cannot help (a server answers 400, not 503)
+            raise ValueError(f"this engine can never serve the request: {never}")
+        return req
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     arrival_time: float | None = None, priority: int = 0) -> str:
@@ -126,6 +162,14 @@ class LLMEngine:
                            "once its result is returned)")
         if not req.status.finished:
             self.scheduler.abort(req, reason)
+            self._hand_back_later(req)
+
+    def fail(self, request_id: str, reason: str) -> None:
+        """End an unfinished request with finish_reason "error", e.g. when a step failed around it: what the
+        half-done step left in its state cannot be trusted, and its blocks go back to the pool."""
+        req = self.requests[request_id]
+        if not req.status.finished:
+            self.scheduler.fail(req, reason)
             self._hand_back_later(req)
 
     def _hand_back_later(self, req: Request) -> None:
@@ -190,13 +234,9 @@ class LLMEngine:
 
     @staticmethod
     def _sample(due: list[Request], logits: torch.Tensor) -> dict[Request, int | None]:
-        """A token for each request due one; a request whose logits are not finite gets None and fails
-        alone, while everyone else in the batch carries on."""
-        finite = torch.isfinite(logits).all(dim=-1).tolist()   # (B',)
-        ok = [r for r, f in zip(due, finite) if f]
-        rows = logits if len(ok) == len(due) else logits[torch.tensor(finite, device=logits.device)]
-        tokens = iter(sample(rows, [r.params for r in ok], [r.generator for r in ok]))
-        return {r: next(tokens) if f else None for r, f in zip(due, finite)}
+        """A token for each request due one; a request whose row cannot be sampled (NaN or inf) gets None
+        and fails alone, while everyone else in the batch carries on."""
+        return dict(zip(due, sample(logits, [r.params for r in due], [r.generator for r in due])))
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses

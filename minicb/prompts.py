@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from minicb.checks import is_int
+from minicb.model.loader import BARD_PATH
 from minicb.sampling import SamplingParams
 
 Prompt = Union[str, list[int], dict]
@@ -36,8 +37,10 @@ def check_unicode(text: str) -> None:
                          ) from None
 
 
-def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len: int, model_path: Path) -> list[int]:
-    """Token ids for a prompt: text goes through the tokenizer (once), ids are checked."""
+def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len: int, model_path: Path,
+                  too_long_fix: str = "shorten the prompt") -> list[int]:
+    """Token ids for a prompt: text goes through the tokenizer (once), ids are checked. too_long_fix: what a
+    prompt over max_model_len is told to do."""
     if isinstance(prompt, dict):
         prompt = prompt_of_dict(prompt)
     if isinstance(prompt, str):
@@ -53,12 +56,13 @@ def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len
         raise ValueError(f"a prompt of type {type(prompt).__name__} cannot be served; give a string, a list of "
                          "token ids (a tensor or array: .tolist()), or a dict with 'prompt' or 'prompt_token_ids'")
     if not ids:
-        raise ValueError("the prompt is empty; give at least one token (for Bard, a speaker line such as 'ROMEO.\\n')")
+        example = " (for Bard, a speaker line such as 'ROMEO.\\n')" if Path(model_path).resolve() == BARD_PATH else ""
+        raise ValueError(f"the prompt is empty; give at least one token{example}")
     if any(not is_int(t) or not 0 <= t < vocab_size for t in ids):
         raise ValueError(f"prompt token ids must be Python integers in [0, {vocab_size})")
     if len(ids) >= max_model_len:
         raise ValueError(f"the prompt has {len(ids)} tokens but the engine serves at most {max_model_len} "
-                         f"(max_model_len), prompt and output together; shorten the prompt")
+                         f"(max_model_len), prompt and output together; {too_long_fix}")
     return list(ids)
 
 

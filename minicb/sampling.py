@@ -1,7 +1,12 @@
 """SamplingParams and the sampler: how each request turns its logits into its next token.
 
-Every request owns a torch.Generator. Its random draws therefore depend only on its own seed and
-its own history, never on which other requests happen to share the batch.
+Every request owns a torch.Generator, and the sampler handles each row of logits by that row's own
+parameters alone. So a seeded token is a function of the request's own generator and its own row of
+logits, whoever shares the batch. The logits themselves are not quite: a row of x @ W computed in a
+batch is not bitwise the row computed alone (the kernel splits its sums differently), so batched
+logits can differ from solo ones in their last bits. A draw that falls within that much of a boundary
+between two tokens of the cumulative distribution can then pick the other token, and the completions
+part from there on: the sampling twin of the greedy near-tie, about as rare.
 """
 from __future__ import annotations
 
@@ -12,9 +17,15 @@ import torch
 from minicb.checks import is_finite_number, is_int
 
 
+# Temperatures below this are greedy, as in vLLM's sampler (its _SAMPLING_EPS). Sampling divides the logits
+# by the temperature: below about 1e-38 that overflows fp32 to inf (NaN after the softmax), and long before,
+# at 1e-5, softmax(logits / t) is already the argmax for every top-2 gap above ~1e-4, the size of fp32 noise.
+GREEDY_BELOW = 1e-5
+
+
 @dataclass
 class SamplingParams:
-    temperature: float = 1.0          # 0 means greedy (argmax)
+    temperature: float = 1.0          # 0 (or below GREEDY_BELOW) means greedy (argmax)
     top_k: int = -1                   # keep the k most likely tokens; -1 (or 0) keeps all
     top_p: float = 1.0                # keep the smallest set whose probability reaches top_p
     max_tokens: int = 256             # new tokens at most, EOS included
@@ -62,7 +73,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -72,31 +83,38 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return gen
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int]:
-    """Next tokens for B requests from fp32 logits (B, vocab), each with its own parameters and generator.
+def sample(logits: torch.Tensor, params: list[SamplingParams],
+           generators: list[torch.Generator]) -> list[int | None]:
+    """Next tokens for B requests from fp32 logits (B, vocab), each with its own parameters and generator;
+    None for a row that cannot be sampled (NaN or inf in its logits, or in its distribution once scaled by
+    its temperature), so that only its own request fails.
 
     Sampling is inverse-CDF: one uniform draw from the request's own generator picks a token from
     the cumulative distribution of its row. Every step is row-wise, and how a row is handled depends
-    on its own parameters only, so a request's token never depends on who shares its batch.
+    on its own parameters only: the same row of logits and the same generator give the same token,
+    whatever the other rows are (the module docstring says why batched logits may still differ).
     """
     tokens = logits.argmax(-1)
-    if all(p.greedy for p in params):
-        return tokens.tolist()
-    device = logits.device
-    u = torch.stack([torch.rand((), generator=g, device=device) for g in generators])   # (B,)
-    plain = [i for i, p in enumerate(params) if not p.greedy and p.top_k == -1 and p.top_p == 1]
-    filtered = [i for i, p in enumerate(params) if not p.greedy and (p.top_k != -1 or p.top_p < 1)]
-    for rows, use_filters in ((plain, False), (filtered, True)):
-        if rows:
-            index = torch.tensor(rows, device=device)
-            tokens[index] = _inverse_cdf(logits[index], [params[i] for i in rows], u[index], use_filters)
-    return tokens.tolist()
+    sampled = torch.isfinite(logits).all(dim=-1)   # (B,)
+    if not all(p.greedy for p in params):
+        device = logits.device
+        u = torch.stack([torch.rand((), generator=g, device=device) for g in generators])   # (B,)
+        plain = [i for i, p in enumerate(params) if not p.greedy and p.top_k == -1 and p.top_p == 1]
+        filtered = [i for i, p in enumerate(params) if not p.greedy and (p.top_k != -1 or p.top_p < 1)]
+        for rows, use_filters in ((plain, False), (filtered, True)):
+            if rows:
+                index = torch.tensor(rows, device=device)
+                picks, finite = _inverse_cdf(logits[index], [params[i] for i in rows], u[index], use_filters)
+                tokens[index] = picks
+                sampled[index] &= finite
+    return [token if ok else None for token, ok in zip(tokens.tolist(), sampled.tolist())]
 
 
 def _inverse_cdf(logits: torch.Tensor, params: list[SamplingParams], u: torch.Tensor,
-                 use_filters: bool) -> torch.Tensor:
-    """(R, V) logits -> (R,) tokens. With filters, the vocabulary is first sorted by logit so that
-    top-k and top-p become masks over ranks; without, sorting (the costly part) is skipped."""
+                 use_filters: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, V) logits -> (R,) tokens, and (R,) whether each row's distribution was finite. With filters,
+    the vocabulary is first sorted by logit so that top-k and top-p become masks over ranks; without,
+    sorting (the costly part) is skipped."""
     V = logits.shape[1]
     device = logits.device
     scaled = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
@@ -112,10 +130,8 @@ def _inverse_cdf(logits: torch.Tensor, params: list[SamplingParams], u: torch.Te
         probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
     cdf = probs.cumsum(-1)                                                                   # (R, V)
     total = cdf[:, -1]
-    if not torch.isfinite(total).all():
-        raise FloatingPointError("logits contain NaN or inf; those requests cannot be sampled")
     pick = torch.searchsorted(cdf, (u * total)[:, None]).clamp(max=V - 1)                   # (R, 1)
-    return (pick if order is None else order.gather(1, pick))[:, 0]
+    return (pick if order is None else order.gather(1, pick))[:, 0], torch.isfinite(total)
 
 
 def find_stop(text: str, params: SamplingParams, scan_from: int = 0) -> int | None:

@@ -103,6 +103,7 @@ def test_leaving_generate_early_aborts_the_request_and_frees_its_blocks(llm, loo
 
 def test_a_failed_step_fails_its_streams_and_the_engine_serves_on(llm, loop, monkeypatch):
     count_steps(llm, monkeypatch, fail_at=3)
+    before = dict(llm.stats.finished)
 
     async def scenario() -> None:
         with pytest.raises(EngineError, match="boom"):
@@ -113,6 +114,8 @@ def test_a_failed_step_fails_its_streams_and_the_engine_serves_on(llm, loop, mon
 
     loop.run_until_complete(scenario())
     assert pool_is_empty(llm)
+    counted = {reason: llm.stats.finished[reason] - before.get(reason, 0) for reason in ("error", "abort", "length")}
+    assert counted == {"error": 1, "abort": 0, "length": 1}, "a request a failed step took down counts as an error"
 
 
 def test_a_rejected_request_comes_back_finished_with_its_reason(llm, loop, monkeypatch):

@@ -76,13 +76,14 @@ def test_generation_stops_at_max_model_len(bard_llm):
     assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].finish_reason == "length"
 
 
-def test_a_prompt_larger_than_the_kv_pool_is_rejected_and_others_are_served():
+def test_a_prompt_larger_than_the_kv_pool_is_refused_at_once_and_queues_nothing():
     llm = LLM(None, device="cpu", num_blocks=4, block_size=16)   # 64 token slots in all
     params = SamplingParams(temperature=0, max_tokens=5)
-    outs = llm.generate(["ROMEO.\n", " ".join(["word"] * 80), "JULIET.\n"], params, use_tqdm=False)
-    assert [o.outputs[0].finish_reason for o in outs][1] == "rejected"
-    assert "whole pool has 4 (64 token slots)" in outs[1].reason and "raise num_blocks" in outs[1].reason
-    assert all(len(outs[i].outputs[0].token_ids) > 0 for i in (0, 2))
+    with pytest.raises(ValueError, match=r"can never serve the request: it needs 6 KV blocks to start but the whole "
+                                         r"pool has 4 \(64 token slots\); raise num_blocks, or shorten the prompt"):
+        llm.generate(["ROMEO.\n", " ".join(["word"] * 80), "JULIET.\n"], params, use_tqdm=False)
+    assert not llm.engine.has_unfinished_requests()
+    assert all(len(o.outputs[0].token_ids) > 0 for o in llm.generate(["ROMEO.\n", "JULIET.\n"], params, use_tqdm=False))
 
 
 def test_bad_engine_config():

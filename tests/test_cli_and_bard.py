@@ -81,24 +81,27 @@ def test_every_sampling_flag_has_help_and_the_cli_temperature_default_is_explain
 
 
 class FailingMidStream:
-    """Stands in for LLM: streams one piece of text, then fails the way a NaN in the logits does."""
+    """Stands in for LLM: streams one piece of text, then ends the way a request whose logits went NaN does."""
 
     def __init__(self, *args, **kwargs):
         pass
 
     def stream(self, prompts, params):
+        from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
+
         yield 0, "But soft", None
-        raise FloatingPointError("logits contain NaN or inf; those requests cannot be sampled")
+        failed = CompletionOutput(text="But soft", token_ids=[5, 6], finish_reason="error")
+        yield 0, "", RequestOutput("0", prompts[0], [1], [failed], True, RequestMetrics(0.0), reason="NaN logits")
 
 
-def test_an_error_mid_stream_starts_on_its_own_line(capsys, monkeypatch):
+def test_a_failed_completion_says_why_on_its_own_line_and_exits_2(capsys, monkeypatch):
     import minicb.cli
 
     monkeypatch.setattr(minicb.cli, "LLM", FailingMidStream)
     assert minicb.cli.main(["generate", "--prompt", "ROMEO."]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "ROMEO.\nBut soft\n"
-    assert captured.err == "error: logits contain NaN or inf; those requests cannot be sampled\n"
+    assert captured.out == "ROMEO.\nBut soft\n[2 tokens, finished: error]\n"
+    assert captured.err == "error: NaN logits\n"
 
 
 def test_a_refused_prompt_prints_only_the_error(capsys):
@@ -123,3 +126,26 @@ def test_the_cli_names_the_fix_for_a_bad_device_or_a_model_file(capsys):
     assert "for an NVIDIA GPU use 'cuda'" in capsys.readouterr().err
     assert main(["generate", "--prompt", "ROMEO.", "--model", str(BARD_PATH / "config.json")]) == 2
     assert "is a file, not a folder: pass the folder that holds config.json" in capsys.readouterr().err
+
+
+def test_the_demo_table_leads_with_what_no_load_can_change():
+    """Steps, seat utilization and tokens per step are the schedule's; the times after the bar are the machine's,
+    tok/s last. Simulated runs here, so the figures are the schedule's alone (no time is asserted on)."""
+    from minicb.cli import batching_table
+    from minicb.llm import LLM
+    from minicb.metrics import summarize
+    from minicb.workload import make_workload, run_workload
+
+    work = make_workload(12, lengths="natural", temperature=0.8, max_tokens=60, seed=0)
+    rows = []
+    for batching in ("static", "continuous"):
+        llm = LLM(None, device="cpu", simulate=True, batching=batching, max_num_seqs=4)
+        rows.append((batching, summarize(run_workload(llm.engine, work, progress=False), llm.engine.trace)))
+    header, *lines = batching_table(rows).splitlines()
+    assert header.split()[:6] == ["steps", "seat", "util", "tokens/step", "|", "mean"]
+    assert header.split("|")[1].split()[:6] == ["mean", "TTFT", "mean", "e2e", "tok/s", "(after"]
+    assert "this machine's speed, now" in header
+    for (name, st), line in zip(rows, lines):
+        name_col, steps, util, per_step, bar, *_ = line.split()
+        assert (name_col, int(steps), util, bar) == (name, st["steps"], f"{100 * st['seat_utilization']:.0f}%", "|")
+        assert float(per_step) == round(st["output_tokens"] / st["steps"], 1)

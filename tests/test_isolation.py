@@ -11,6 +11,7 @@ from test_attention import dense_causal_attention
 from minicb.attention import BACKENDS
 from minicb.batch import SequenceChunk, build_flat_batch
 from minicb.engine import LLMEngine
+from minicb.llm import LLM
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 
@@ -69,12 +70,17 @@ def bard_engine(backend: str, poisoned: bool) -> LLMEngine:
     engine = LLMEngine(device="cpu", attn_backend=backend, max_num_seqs=4, num_blocks=8, block_size=4,
                        max_model_len=32, enable_chunked_prefill=True, long_prefill_token_threshold=4)
     if poisoned:
-        embedding = engine.runner.model.model.embed_tokens
-        with torch.no_grad():
-            # Bard ties the LM head to the embedding; a copy keeps the head clean, so only inputs go NaN.
-            embedding.weight = torch.nn.Parameter(embedding.weight.detach().clone())
-            embedding.weight[POISON] = float("nan")
+        poison(engine)
     return engine
+
+
+def poison(engine: LLMEngine) -> None:
+    """Turn token POISON's input embedding into NaN: a sequence that holds it gets NaN logits."""
+    embedding = engine.runner.model.model.embed_tokens
+    with torch.no_grad():
+        # Bard ties the LM head to the embedding; a copy keeps the head clean, so only inputs go NaN.
+        embedding.weight = torch.nn.Parameter(embedding.weight.detach().clone())
+        embedding.weight[POISON] = float("nan")
 
 
 def run_until_done(engine: LLMEngine) -> dict[str, RequestOutput]:
@@ -115,3 +121,23 @@ def test_a_nan_request_fails_alone_and_its_blocks_serve_the_next_one_cleanly(bac
         clean.add_request(prompts[rid], params, request_id=rid)
         solo = run_until_done(clean)[rid]
         assert output.outputs[0].token_ids == solo.outputs[0].token_ids, rid
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_offline_generate_returns_every_healthy_result_and_says_why_one_failed():
+    """One prompt's logits go NaN, another asks for temperature 1e-40 (which overflows fp32 unless it is greedy):
+    generate returns all four results, the failed one with finish_reason "error" and why, and each healthy one
+    with the tokens it gets in the same batch without the failing request."""
+    llm = LLM(None, device="cpu", num_blocks=64)
+    poison(llm.engine)
+    encode = llm.engine.encode
+    prompts = ["ROMEO.\n", [POISON] + encode("JULIET.\n"), "NURSE.\n", "ROMEO.\n"]
+    length = dict(max_tokens=12, ignore_eos=True)
+    params = [SamplingParams(temperature=1e-40, **length), SamplingParams(temperature=0.8, seed=1, **length),
+              SamplingParams(temperature=0.8, seed=2, **length), SamplingParams(temperature=0, **length)]
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].finish_reason for o in outs] == ["length", "error", "length", "length"]
+    assert "NaN" in outs[1].reason and "failed alone" in outs[1].reason
+    without = llm.generate(prompts[:1] + prompts[2:], params[:1] + params[2:], use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs[:1] + outs[2:]] == [o.outputs[0].token_ids for o in without]
+    assert outs[0].outputs[0].token_ids == outs[3].outputs[0].token_ids, "1e-40 is greedy, as temperature 0"

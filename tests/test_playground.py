@@ -109,7 +109,7 @@ def test_a_pool_too_small_for_any_request_shows_why_instead_of_failing():
     f = r.figures()
     assert f["served"] == 0 and f["rejected"] == 20 and f["goodput_rps"] == 0 and math.isnan(f["ttft_p99_s"])
     html = render_result(r, r)
-    assert "20 rejected, for instance: the request needs" in html and "less than one sequence" in html
+    assert "20 rejected, for instance: this engine can never serve the request: it needs" in html and "less than one sequence" in html
 
 
 def test_priority_serves_the_urgent_share_first():

@@ -82,6 +82,20 @@ def check_step(engine: LLMEngine) -> None:
         assert not over_budget or (len(step.tokens) == 1 and not engine.config.enable_chunked_prefill)
 
 
+def check_refusal(reason: str, prompt_len: int, max_tokens: int, engine: LLMEngine) -> None:
+    """A request refused as never servable is one: its prompt is over an unchunked token budget, or the
+    blocks its reservation needs (by the engine's rule for each batching mode) exceed the whole pool."""
+    c, bs = engine.config, engine.config.block_size
+    if "max_num_batched_tokens" in reason:
+        assert prompt_len > c.max_num_batched_tokens and not c.enable_chunked_prefill, reason
+        return
+    reserve = 0 if c.batching == "continuous" else min(prompt_len + max_tokens, engine.max_model_len)
+    if c.kv_reservation == "contiguous":
+        reserve = max(reserve, engine.max_model_len)
+    needed = -(-max(prompt_len + 1, reserve) // bs)
+    assert "KV blocks to start" in reason and needed > engine.scheduler.kv.num_blocks, (reason, needed)
+
+
 def run_scenario(model, simulate: bool, config: dict, requests: list[dict]) -> None:
     """Run one drawn schedule, checked after every step and against solo runs at the end; a failure
     is counted (hypothesis then replays and shrinks it) and raised."""
@@ -96,13 +110,18 @@ def check_scenario(model, simulate: bool, config: dict, requests: list[dict]) ->
     engine = recording_engine(model=model, device="cpu", simulate=simulate, **config)
     with_priority = config["scheduling_policy"] == "priority"
     ids: dict[int, str] = {}
+    refused: set[int] = set()
     results: dict[str, int] = {}
     step = 0
-    while len(ids) < len(requests) or engine.has_unfinished_requests():
+    while len(ids) + len(refused) < len(requests) or engine.has_unfinished_requests():
         for i, r in enumerate(requests):
             if r["arrival_step"] == step:
                 params = SamplingParams(temperature=0, max_tokens=r["max_tokens"], ignore_eos=True)
-                ids[i] = engine.add_request(r["prompt"], params, priority=r["priority"] if with_priority else 0)
+                try:
+                    ids[i] = engine.add_request(r["prompt"], params, priority=r["priority"] if with_priority else 0)
+                except ValueError as err:   # never servable: the reason must hold for this request
+                    check_refusal(str(err), len(r["prompt"]), r["max_tokens"], engine)
+                    refused.add(i)
             if r["abort_step"] == step and i in ids and ids[i] in engine.requests:
                 engine.abort(ids[i])
         for output in engine.step():
@@ -115,6 +134,8 @@ def check_scenario(model, simulate: bool, config: dict, requests: list[dict]) ->
     assert not engine.requests, "the engine still holds finished requests"
     assert engine.scheduler.kv.usage().free_blocks == engine.scheduler.kv.num_blocks
     for i, r in enumerate(requests):
+        if i in refused:
+            continue
         req = engine.seen[ids[i]]
         assert req.status.finished and (req.status is not RequestStatus.REJECTED or req.reason)
         if req.output_token_ids:

@@ -189,11 +189,11 @@ def test_decodes_keep_flowing_while_a_long_prompt_is_chunked(tiny_checkpoint):
     assert all(s.tokens["long"] <= 8 and s.decode_tokens == 3 for s in long_steps)   # every decode ran each step
 
 
-def test_unchunked_long_prompt_is_rejected_with_the_fix_named(tiny_checkpoint):
+def test_unchunked_long_prompt_is_refused_with_the_fix_named(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, max_num_batched_tokens=16)
-    engine.add_request(list(range(5, 45)), SamplingParams(max_tokens=2), "long")
-    (out,) = engine.step()
-    assert out.outputs[0].finish_reason == "rejected" and "enable_chunked_prefill=True" in out.reason
+    with pytest.raises(ValueError, match="40 tokens, more than max_num_batched_tokens=16.*enable_chunked_prefill=True"):
+        engine.add_request(list(range(5, 45)), SamplingParams(max_tokens=2), "long")
+    assert not engine.has_unfinished_requests()
 
 
 @pytest.mark.parametrize("priority", ["decode_first", "prefill_first"])
@@ -422,8 +422,9 @@ def test_a_swapped_low_priority_request_does_not_thrash_with_an_urgent_waiting_o
     engine = make_engine(tiny_checkpoint, block_size=1, num_blocks=8, max_num_seqs=11, max_num_batched_tokens=41,
                          simulate=True, enable_chunked_prefill=True, scheduling_policy="priority",
                          preemption_mode="swap", swap_space_mb=1.0)
-    arrivals = [(0, [1], 1, 0)] * 4 + [(7, [1] * 9, 14, 0), (14, [1, 1], 1, 0), (4, [1], 12, 0),
-                                       (8, [1] * 8, 6, 0), (10, [1], 7, 0), (7, [1] * 6, 9, 3)]
+    # The original find also had prompts of 9 and 8 tokens, which the 8-block pool can never hold with a next
+    # token: turned away at once, they never ran, and now they are refused when added.
+    arrivals = [(0, [1], 1, 0)] * 4 + [(14, [1, 1], 1, 0), (4, [1], 12, 0), (10, [1], 7, 0), (7, [1] * 6, 9, 3)]
     for step in range(15):
         for at, prompt, max_tokens, priority in arrivals:
             if at == step:

@@ -28,8 +28,14 @@ class Scheduler(Protocol):
     def add(self, request: Request) -> None:
         """Queue a request, or turn it away at once (status REJECTED, reason set)."""
 
+    def why_never_servable(self, request: Request) -> str | None:
+        """Why the engine could never serve this request, and what to change (None: it can)."""
+
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
         """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED, `reason` set)."""
+
+    def fail(self, request: Request, reason: str) -> None:
+        """As abort, but the request failed (status FINISHED_ERROR): its caller must not read it as an abort."""
 
     def reject_stale(self, now: float) -> list[Request]:
         """Turn away the requests that waited past max_queue_delay_s without starting."""

@@ -39,22 +39,26 @@ class SchedulerBase(ABC):
         return len(self.waiting)
 
     def add(self, request: Request) -> None:
-        reason = self.why_never_servable(request) or self.why_not_now()
+        """Queue a request, or turn it away (REJECTED) when the queue is full. One that can never be served
+        never gets here: the engine refuses it at make_request, with why_never_servable's reason."""
+        reason = self.why_not_now()
         if reason:
             request.status, request.reason = RequestStatus.REJECTED, reason
         else:
             self._enqueue(request)
 
     def why_never_servable(self, req: Request) -> str | None:
+        """Why this engine could not serve req even with nothing else to do, and what to change; None if it can."""
         kv, c = self.kv, self.config
         needed = kv.blocks_to_reserve(req.num_tokens + 1, self.reserve_tokens(req))
         if needed > kv.num_blocks:
-            return (f"the request needs {needed} KV blocks to start but the whole pool has {kv.num_blocks} "
-                    f"({kv.num_blocks * kv.block_size} token slots); raise num_blocks or kv_cache_memory_mb, "
-                    "or shorten the prompt")
+            pool = "num_blocks" if c.num_blocks else "kv_cache_memory_mb"
+            return (f"it needs {needed} KV blocks to start but the whole pool has {kv.num_blocks} "
+                    f"({kv.num_blocks * kv.block_size} token slots); raise {pool}, or shorten the prompt")
         if req.num_tokens > c.max_num_batched_tokens and not c.enable_chunked_prefill:
             return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
-                    f"{c.max_num_batched_tokens}; raise it or set enable_chunked_prefill=True")
+                    f"{c.max_num_batched_tokens}, and without chunked prefill a prompt runs in one step; raise "
+                    "max_num_batched_tokens or set enable_chunked_prefill=True")
         return None
 
     def why_not_now(self) -> str | None:
@@ -77,10 +81,16 @@ class SchedulerBase(ABC):
         return stale
 
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
+        self._end(request, RequestStatus.FINISHED_ABORTED, reason)
+
+    def fail(self, request: Request, reason: str) -> None:
+        self._end(request, RequestStatus.FINISHED_ERROR, reason)
+
+    def _end(self, request: Request, status: RequestStatus, reason: str) -> None:
         if request.status.finished:
             return
         self._drop(request)
-        request.status, request.reason = RequestStatus.FINISHED_ABORTED, reason
+        request.status, request.reason = status, reason
 
     def kv_usage(self) -> BlockUsage:
         return self.kv.usage()

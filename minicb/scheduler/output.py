@@ -68,14 +68,18 @@ class SchedulerOutput:
         return not self.chunks
 
 
+NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits that overflow at its temperature; "
+              "it failed alone, the others in its batch carried on")
+
+
 def apply_step_results(out: SchedulerOutput, sampled: dict[Request, int | None], outputs: OutputProcessor,
                        now: float) -> None:
     """The step ran: every chunk's tokens are now in the cache, and each request that reached its
-    last known token got a next one (None: its logits were not finite, and it fails alone)."""
+    last known token got a next one (None: its logits, or its distribution, were not finite, and it fails alone)."""
     for chunk in out.chunks:
         chunk.request.num_computed_tokens += chunk.num_new_tokens
     for req, token in sampled.items():
         if token is None:
-            req.status, req.reason = RequestStatus.FINISHED_ERROR, "the model produced NaN or inf logits"
+            req.status, req.reason = RequestStatus.FINISHED_ERROR, NOT_FINITE
         else:
             outputs.append_token(req, token, now)

@@ -25,7 +25,7 @@ from minicb.engine import LLMEngine
 from minicb.hardware import PRESETS, HardwarePreset
 from minicb.metrics import summarize
 from minicb.parts import EngineParts
-from minicb.request import RequestOutput
+from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
 from minicb.sampling import SamplingParams
 from minicb.slo import SloTarget, goodput, meets
 from minicb.trace import DECODE, PREFILL, Trace
@@ -106,7 +106,13 @@ def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[i
     while len(results) < len(requests):
         while k < len(requests) and requests[k].arrival_time <= engine.clock():
             r = requests[k]
-            ids.append(engine.add_request(r.prompt, r.params, arrival_time=r.arrival_time, priority=priorities[k]))
+            try:
+                ids.append(engine.add_request(r.prompt, r.params, arrival_time=r.arrival_time, priority=priorities[k]))
+            except ValueError as err:   # never servable here (a pool too small for it): shown as turned away
+                ids.append(f"refused {k}")
+                results[ids[-1]] = RequestOutput(ids[-1], None, [], [CompletionOutput("", [], "rejected")], True,
+                                                 RequestMetrics(r.arrival_time, finished_time=r.arrival_time),
+                                                 reason=str(err))
             k += 1
         if not engine.has_unfinished_requests() and k < len(requests):
             engine.runner.advance_to(requests[k].arrival_time)   # idle until the next arrival

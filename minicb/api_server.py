@@ -266,8 +266,8 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
-    for flag in ("max_request_body_mb", "timeout_keep_alive", "request_read_timeout"):
-        if not getattr(args, flag) > 0:   # NaN too
+    for flag in ("max_request_body_mb", "timeout_keep_alive", "request_read_timeout", "engine_threads"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:   # NaN too
             print(f"error: --{flag.replace('_', '-')} {getattr(args, flag)} is invalid: use a number > 0",
                   file=sys.stderr)
             return 2
@@ -279,8 +279,11 @@ def serve(args: argparse.Namespace) -> int:
     # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
     # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
     # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
-    if async_llm.engine.runner.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
+    if async_llm.engine.runner.device.type == "cpu":
+        if args.engine_threads is not None:
+            torch.set_num_threads(args.engine_threads)
+        elif "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     # minicb's own lines (aborts, failed steps) next to uvicorn's, at the same level.
     logging.basicConfig(level=args.uvicorn_log_level.upper().replace("TRACE", "DEBUG"),
                         format="%(levelname)s:     %(name)s: %(message)s")

@@ -82,6 +82,7 @@ class AsyncLLM:
         self.stats = ServingStats()
         self.finished_listeners: list[Callable[[RequestOutput], None]] = []   # e.g. the latency histograms
         self._streams: dict[str, _OutputStream] = {}
+        self._tokenizing: set[str] = set()   # request ids taken by prompts still in the tokenizer
         # ("add", request, ""), ("abort", request id, reason) or ("abort_all", "", reason), in arrival order
         self._ops: list[tuple[str, Request | str, str]] = []
         self._tokens_seen: dict[str, int] = {}   # request id -> output tokens counted in the stats
@@ -103,22 +104,25 @@ class AsyncLLM:
         """Yield the request's output after each step that changed it, the last one finished. A request
         the engine turned away ends at once with finish_reason "rejected" (and `reason`). Bad input raises
         ValueError; a failed step raises EngineError. Leaving early (break, an exception, cancellation)
-        aborts the request, so its KV blocks are free by the next step: close the iterator (contextlib.
-        aclosing) or the event loop closes it when it is garbage."""
+        aborts the request: a queued one leaves at once, a running one's KV blocks are free by the next
+        step. Close the iterator (contextlib.aclosing), or the event loop closes it when it is garbage."""
         if self._closed:
             raise EngineClosed(self._closed)
         request_id = request_id or uuid.uuid4().hex
-        if request_id in self._streams or request_id in self.engine.requests:
+        if request_id in self._streams or request_id in self._tokenizing or request_id in self.engine.requests:
             raise ValueError(f"request id {request_id!r} is already in use; give a new one or None")
-        stream = self._streams[request_id] = _OutputStream()   # the id is taken while the prompt is tokenized
-        queued = finished = False
+        self._tokenizing.add(request_id)
         try:
             req = await asyncio.get_running_loop().run_in_executor(self._tokenizer, self._make_request, prompt,
                                                                    params, request_id)
-            if self._closed:   # the server began to shut down while this prompt was being tokenized
-                raise EngineClosed(self._closed)
-            self._submit(("add", req, ""))
-            queued = True
+        finally:
+            self._tokenizing.discard(request_id)
+        if self._closed:   # the server began to shut down while this prompt was being tokenized
+            raise EngineClosed(self._closed)
+        stream = self._streams[request_id] = _OutputStream()
+        self._submit(("add", req, ""))
+        finished = False
+        try:
             while not finished:
                 item = await stream.get()
                 if isinstance(item, BaseException):
@@ -127,7 +131,7 @@ class AsyncLLM:
                 yield item
         finally:
             self._streams.pop(request_id, None)
-            if queued and not finished:
+            if not finished:
                 self._leave(request_id)
 
     def _make_request(self, prompt: Prompt, params: SamplingParams | None, request_id: str) -> Request:

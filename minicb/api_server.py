@@ -9,8 +9,9 @@
 
 A request waits for its first output (its first token, or its rejection) before the response starts, so a
 request the engine turns away (the queue is over max_waiting, or it waited past max_queue_delay_s) is
-answered 503 with Retry-After, streaming or not. A client that disconnects takes its request with it: it is
-aborted, and its KV blocks are free by the next step. The HTTP layer schedules nothing; AsyncLLM does.
+answered 503 with Retry-After, streaming or not. A client that disconnects takes its request with it: a
+queued one leaves the queue at once, a running one is aborted and its KV blocks are free by the next step.
+The HTTP layer schedules nothing; AsyncLLM does.
 
 What one client may cost is bounded (minicb/http_limits.py): a body over --max-request-body-mb is refused
 with 413 before it is read whole; a connection that sends nothing for --timeout-keep-alive seconds is
@@ -48,7 +49,7 @@ from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
 from minicb.config import cli_overrides
 from minicb.http_limits import READ_TIMED_OUT, protocol_with_read_timeout, read_body
 from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
-                                    parse_request, response_body, sse, usage)
+                                    parse_request, response_body, shown, sse, usage)
 from minicb.request import RequestOutput
 from minicb.server_metrics import ServerMetrics
 
@@ -162,8 +163,8 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> Fast
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         if not getattr(tokenizer, "chat_template", None):
-            raise ApiError(400, f"model {model_name!r} has no chat template, so it cannot serve chat; send a plain "
-                                "prompt to /v1/completions instead", "messages", "no_chat_template")
+            raise ApiError(400, f"model {shown(model_name)} has no chat template, so it cannot serve chat; send a "
+                                "plain prompt to /v1/completions instead", "messages", "no_chat_template")
         # A chat's length is up to the model, as OpenAI's is; the engine stops it at max_model_len.
         body = parse_json(await read_body(request, max_body_bytes))
         parsed = parse_request(body, True, model_name, async_llm.engine.max_model_len)
@@ -278,7 +279,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
     # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
-    # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
+    # left to the loop unless --engine-threads or OMP_NUM_THREADS says otherwise: of the splits measured
+    # (bench/serve.py --thread-split, bench/README.md), it served the most on a shared 2-core machine.
     if async_llm.engine.runner.device.type == "cpu":
         if args.engine_threads is not None:
             torch.set_num_threads(args.engine_threads)

@@ -347,10 +347,13 @@ def test_serve_has_a_flag_per_engine_knob_and_refuses_bad_ones_clearly(capsys):
     for name in cli_knobs():
         assert "--" + name.replace("_", "-") in help_text
     for flag in ("--max-num-seqs", "--enable-chunked-prefill", "--kv-cache-memory-mb", "--preemption-mode",
-                 "--max-waiting", "--max-queue-delay-s", "--served-model-name", "--shutdown-timeout"):
+                 "--max-waiting", "--max-queue-delay-s", "--served-model-name", "--shutdown-timeout",
+                 "--max-request-body-mb", "--timeout-keep-alive", "--request-read-timeout", "--engine-threads"):
         assert flag in help_text
     assert main(["serve", "--device", "cpu", "--max-num-seqs", "0"]) == 2
     assert "EngineConfig.max_num_seqs=0 is invalid: use an integer >= 1" in capsys.readouterr().err
+    assert main(["serve", "--device", "cpu", "--request-read-timeout", "0"]) == 2
+    assert "--request-read-timeout 0.0 is invalid: use a number > 0" in capsys.readouterr().err
 
 
 def test_prefix_cache_hits_are_counted_in_metrics_and_change_no_answer():

@@ -1,6 +1,10 @@
 """The server against the offline engine, and the server under load, measured from the clients' side.
 
     .venv/bin/python bench/serve.py [--requests 128] [--seats 32] [--max-tokens 32] [--max-waiting 16]
+    .venv/bin/python bench/serve.py --thread-split [--model FOLDER]   # only the engine's thread count
+
+--thread-split measures only the first part, for every split of the cores between torch's threads and
+the event loop: LLM.generate with 1..cores threads, and the server with --engine-threads 1..cores.
 
 One run, one machine; every request is a Bard speaker line with a forced length (the benchmark
 client's "bard" workload, greedy).
@@ -33,10 +37,10 @@ from minicb.workload import make_workload
 SWEEP = (0.25, 0.5, 1.0, 1.5, 2.0)
 
 
-def offline_tok_per_s(requests: int, seats: int, max_tokens: int, threads: int) -> float:
+def offline_tok_per_s(requests: int, seats: int, max_tokens: int, threads: int, model: str | None = None) -> float:
     torch.set_num_threads(threads)
     work = make_workload(requests, "fixed", None, 0, max_tokens=max_tokens, fixed=max_tokens)
-    llm = LLM(device="cpu", max_num_seqs=seats)
+    llm = LLM(model, device="cpu", max_num_seqs=seats)
     llm.generate(["ROMEO.\n"], SamplingParams(max_tokens=4), use_tqdm=False)   # warm up, as the server is
     start = time.perf_counter()
     outs = llm.generate([w.prompt for w in work], [SamplingParams(temperature=0, max_tokens=max_tokens,
@@ -74,6 +78,27 @@ def row(result, label: str) -> dict:
                                           for q in ("p50", "p99")}}
 
 
+def thread_split(args: argparse.Namespace) -> None:
+    """Offline and served output tok/s at each engine thread count, all requests at once, each the best of
+    --repeats runs: on a shared machine the best run is the nearest to a quiet one."""
+    common = dict(max_tokens=args.max_tokens, workload="fixed", ignore_eos=True, progress=False)
+    model = ("--model", args.model) if args.model else ()
+    cores = torch.get_num_threads()
+    offline = {n: max(offline_tok_per_s(args.requests, args.seats, args.max_tokens, n, args.model)
+                      for _ in range(args.repeats)) for n in range(1, cores + 1)}
+    best_offline = max(offline.values())
+    print(f"{args.requests} requests x {args.max_tokens} tokens, {args.seats} seats, all at once; output tok/s, "
+          f"best of {args.repeats}")
+    print("| torch threads | LLM.generate | server (--engine-threads) | server / best offline |")
+    print("|---|---|---|---|")
+    for n in range(1, cores + 1):
+        with start_server("--max-num-seqs", str(args.seats), "--engine-threads", str(n), *model) as server:
+            run_benchmark(server.url, None, 8, **common)   # warm up
+            served = max(run_benchmark(server.url, None, args.requests, **common).summary["output_throughput"]
+                         for _ in range(args.repeats))
+        print(f"| {n} | {offline[n]:.0f} | {served:.0f} | {served / best_offline:.2f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=128)
@@ -82,7 +107,12 @@ def main() -> None:
     ap.add_argument("--max-waiting", type=int, default=16)
     ap.add_argument("--overload-requests", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=Path("bench/results/serve.json"))
+    ap.add_argument("--thread-split", action="store_true", help="measure only the engine's thread count")
+    ap.add_argument("--model", default=None, help="for --thread-split: a model folder (default: Bard)")
+    ap.add_argument("--repeats", type=int, default=3, help="for --thread-split: runs per figure, the best kept")
     args = ap.parse_args()
+    if args.thread_split:
+        return thread_split(args)
     common = dict(max_tokens=args.max_tokens, workload="fixed", ignore_eos=True, progress=False)
 
     cores = torch.get_num_threads()

@@ -5,11 +5,18 @@
     GET  /v1/models, /health
     GET  /metrics                Prometheus text (minicb:* metrics, see server_metrics.py)
     GET  /debug/trace?since=N    the engine's step records from step N on, for a widget following a live server
+                                 (at most 10,000 per call: page on with `next_since`)
 
 A request waits for its first output (its first token, or its rejection) before the response starts, so a
 request the engine turns away (the queue is over max_waiting, or it waited past max_queue_delay_s) is
-answered 503 with Retry-After, streaming or not. A client that disconnects takes its request with it: it is
-aborted, and its KV blocks are free by the next step. The HTTP layer schedules nothing; AsyncLLM does.
+answered 503 with Retry-After, streaming or not. A client that disconnects takes its request with it: a
+queued one leaves the queue at once, a running one is aborted and its KV blocks are free by the next step.
+The HTTP layer schedules nothing; AsyncLLM does.
+
+What one client may cost is bounded (minicb/http_limits.py): a body over --max-request-body-mb is refused
+with 413 before it is read whole; a connection that sends nothing for --timeout-keep-alive seconds is
+closed, and one that stops halfway through a request for --request-read-timeout seconds gets 408. Text
+prompts are tokenized off the event loop, so /health and every other client keep being answered.
 
 Shutdown, on SIGTERM or Ctrl-C: the server stops accepting connections at once, lets the requests in flight
 finish for up to --shutdown-timeout seconds, then aborts the rest (a stream ends with finish_reason "abort",
@@ -36,15 +43,19 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from jinja2 import TemplateError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
 from minicb.config import cli_overrides
+from minicb.http_limits import READ_TIMED_OUT, protocol_with_read_timeout, read_body
 from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
-                                    parse_request, response_body, sse, usage)
+                                    parse_request, response_body, shown, sse, usage)
 from minicb.request import RequestOutput
 from minicb.server_metrics import ServerMetrics
 
 RETRY_AFTER_S = 1   # a rejection reflects the queue now; a second later it may have room
+MAX_TRACE_STEPS = 10_000   # per /debug/trace call: the trace keeps up to 100,000 steps, ~270 MB as JSON
+log = logging.getLogger("minicb.serve")
 
 
 def refusal(output: RequestOutput) -> ApiError | None:
@@ -79,7 +90,7 @@ async def unless_disconnected(request: Request, work: Awaitable[Response]) -> Re
     return Response(status_code=499) if task.cancelled() else task.result()   # 499: nobody is there to read it
 
 
-def build_app(async_llm: AsyncLLM, model_name: str) -> FastAPI:
+def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> FastAPI:
     metrics = ServerMetrics(async_llm, model_name)
     tokenizer = async_llm.engine.tokenizer
 
@@ -92,8 +103,24 @@ def build_app(async_llm: AsyncLLM, model_name: str) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
-        headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
+        headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
+        if err.close_connection:
+            headers["Connection"] = "close"
         return JSONResponse(err.body, err.status, headers=headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def left_mid_body(request: Request, err: ClientDisconnect) -> Response:
+        why = ("went silent for --request-read-timeout seconds (answered 408)" if request.scope.get(READ_TIMED_OUT)
+               else "disconnected")
+        log.warning("%s %s: the client %s before sending its whole request; nothing was queued", request.method,
+                    request.url.path, why)
+        return Response(status_code=499)   # nobody is there to read it
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, err: Exception) -> JSONResponse:
+        # Starlette still logs the traceback: this only keeps the answer in OpenAI's shape.
+        return await api_error(request, ApiError(500, f"the server failed on this request ({err!r}); it is a bug "
+                                                      "in minicb, please report it", code="internal_error"))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
@@ -122,20 +149,25 @@ def build_app(async_llm: AsyncLLM, model_name: str) -> FastAPI:
 
     @app.get("/debug/trace")
     async def trace(since: int = 0, limit: int = 1000) -> dict:
+        if not 0 <= limit <= MAX_TRACE_STEPS:
+            raise ApiError(400, f"limit={limit} is out of range: ask for 0 to {MAX_TRACE_STEPS} steps per call, and "
+                                "page on with the answer's next_since", "limit")
         return async_llm.trace_since(since, limit)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        parsed = parse_request(parse_json(await request.body()), False, model_name, DEFAULT_COMPLETION_MAX_TOKENS)
+        body = parse_json(await read_body(request, max_body_bytes))
+        parsed = parse_request(body, False, model_name, DEFAULT_COMPLETION_MAX_TOKENS)
         return await unless_disconnected(request, respond(parsed, parsed.prompt, chat=False))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         if not getattr(tokenizer, "chat_template", None):
-            raise ApiError(400, f"model {model_name!r} has no chat template, so it cannot serve chat; send a plain "
-                                "prompt to /v1/completions instead", "messages", "no_chat_template")
+            raise ApiError(400, f"model {shown(model_name)} has no chat template, so it cannot serve chat; send a "
+                                "plain prompt to /v1/completions instead", "messages", "no_chat_template")
         # A chat's length is up to the model, as OpenAI's is; the engine stops it at max_model_len.
-        parsed = parse_request(parse_json(await request.body()), True, model_name, async_llm.engine.max_model_len)
+        body = parse_json(await read_body(request, max_body_bytes))
+        parsed = parse_request(body, True, model_name, async_llm.engine.max_model_len)
         try:
             prompt = tokenizer.apply_chat_template(parsed.prompt, add_generation_prompt=True, tokenize=False)
         except TemplateError as err:
@@ -235,6 +267,11 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
+    for flag in ("max_request_body_mb", "timeout_keep_alive", "request_read_timeout", "engine_threads"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:   # NaN too
+            print(f"error: --{flag.replace('_', '-')} {getattr(args, flag)} is invalid: use a number > 0",
+                  file=sys.stderr)
+            return 2
     try:
         async_llm = AsyncLLM(args.model, **cli_overrides(args))
     except (ValueError, OSError) as err:
@@ -242,16 +279,23 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,
     # JSON) then fights them for one: on 2 cores that made each step 2.6x slower than offline. One core is
-    # left to the loop unless OMP_NUM_THREADS says otherwise (bench/serve.py, bench/README.md).
-    if async_llm.engine.runner.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
+    # left to the loop unless --engine-threads or OMP_NUM_THREADS says otherwise: of the splits measured
+    # (bench/serve.py --thread-split, bench/README.md), it served the most on a shared 2-core machine.
+    if async_llm.engine.runner.device.type == "cpu":
+        if args.engine_threads is not None:
+            torch.set_num_threads(args.engine_threads)
+        elif "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     # minicb's own lines (aborts, failed steps) next to uvicorn's, at the same level.
     logging.basicConfig(level=args.uvicorn_log_level.upper().replace("TRACE", "DEBUG"),
                         format="%(levelname)s:     %(name)s: %(message)s")
     model_name = args.served_model_name or async_llm.engine.config.model or "bard"   # --model, $MINICB_MODEL
     # uvicorn's own deadline is only a backstop: the drain aborts what is left at grace_s, which ends them.
-    config = uvicorn.Config(build_app(async_llm, model_name), host=args.host, port=args.port,
-                            log_level=args.uvicorn_log_level, timeout_graceful_shutdown=args.shutdown_timeout + 5)
+    app = build_app(async_llm, model_name, int(args.max_request_body_mb * 2**20))
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
+                            timeout_graceful_shutdown=args.shutdown_timeout + 5,
+                            timeout_keep_alive=args.timeout_keep_alive,
+                            http=protocol_with_read_timeout(args.request_read_timeout))
     # After a signal-driven shutdown uvicorn raises the signal again for the handler that was there before it;
     # the default one would kill the process with the signal's status instead of the clean exit 0.
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,10 +4,12 @@ One background task owns the engine. It steps while any request is unfinished an
 when none is, so an idle server costs nothing. Each step runs on one engine thread, off the event loop,
 so HTTP keeps answering while the model computes.
 
-Only that task ever changes the engine: generate() and abort() queue their adds and aborts, and the
-task applies them between steps. Nothing can race a step, and no lock is held across one (a lock would
-make every request handler wait out the step in progress). Validation and tokenisation (make_request)
-change nothing in the engine, so they run in the caller at once and a bad request fails there.
+Only that task adds requests and aborts running ones: generate() and abort() queue their adds and
+aborts, and the task applies them between steps, so nothing races a step's decisions, and no handler
+waits out a step in progress. The one exception: a caller that leaves takes its queued request out at
+once, even mid-step (LLMEngine.abort_if_waiting, under the engine's lock, which a step releases for its
+forward). Validation and tokenisation (make_request) change nothing in the engine, so they run at once
+on a thread of their own, the event loop answering meanwhile, and a bad request fails there.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
-from minicb.prompts import Prompt
+from minicb.prompts import Prompt, prompt_text
 from minicb.request import Request, RequestOutput
 from minicb.sampling import SamplingParams
 
@@ -80,6 +82,7 @@ class AsyncLLM:
         self.stats = ServingStats()
         self.finished_listeners: list[Callable[[RequestOutput], None]] = []   # e.g. the latency histograms
         self._streams: dict[str, _OutputStream] = {}
+        self._tokenizing: set[str] = set()   # request ids taken by prompts still in the tokenizer
         # ("add", request, ""), ("abort", request id, reason) or ("abort_all", "", reason), in arrival order
         self._ops: list[tuple[str, Request | str, str]] = []
         self._tokens_seen: dict[str, int] = {}   # request id -> output tokens counted in the stats
@@ -88,6 +91,9 @@ class AsyncLLM:
         self._idle.set()
         # One thread for every step: torch's per-thread state (grad mode, the CUDA stream) stays the same.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minicb-engine")
+        # One for tokenizing, in arrival order: a long prompt never blocks the event loop or a step.
+        self._tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minicb-tokenizer")
+        self._token_chars: int | None = None   # see _longest_token_chars; 0: no bound for this tokenizer
         self._loop_task: asyncio.Task | None = None
         self._closed: str | None = None   # why new requests are refused, once shutting down or dead
 
@@ -98,14 +104,21 @@ class AsyncLLM:
         """Yield the request's output after each step that changed it, the last one finished. A request
         the engine turned away ends at once with finish_reason "rejected" (and `reason`). Bad input raises
         ValueError; a failed step raises EngineError. Leaving early (break, an exception, cancellation)
-        aborts the request, so its KV blocks are free by the next step: close the iterator (contextlib.
-        aclosing) or the event loop closes it when it is garbage."""
+        aborts the request: a queued one leaves at once, a running one's KV blocks are free by the next
+        step. Close the iterator (contextlib.aclosing), or the event loop closes it when it is garbage."""
         if self._closed:
             raise EngineClosed(self._closed)
         request_id = request_id or uuid.uuid4().hex
-        if request_id in self._streams or request_id in self.engine.requests:
+        if request_id in self._streams or request_id in self._tokenizing or request_id in self.engine.requests:
             raise ValueError(f"request id {request_id!r} is already in use; give a new one or None")
-        req = self.engine.make_request(prompt, params, request_id)
+        self._tokenizing.add(request_id)
+        try:
+            req = await asyncio.get_running_loop().run_in_executor(self._tokenizer, self._make_request, prompt,
+                                                                   params, request_id)
+        finally:
+            self._tokenizing.discard(request_id)
+        if self._closed:   # the server began to shut down while this prompt was being tokenized
+            raise EngineClosed(self._closed)
         stream = self._streams[request_id] = _OutputStream()
         self._submit(("add", req, ""))
         finished = False
@@ -119,7 +132,41 @@ class AsyncLLM:
         finally:
             self._streams.pop(request_id, None)
             if not finished:
-                self._submit(("abort", request_id, LEFT_EARLY))
+                self._leave(request_id)
+
+    def _make_request(self, prompt: Prompt, params: SamplingParams | None, request_id: str) -> Request:
+        """In the tokenizer's thread, so the event loop answers meanwhile. A text prompt that cannot fit
+        max_model_len whatever its tokens are is refused before it is tokenized (50 MB took 90 s)."""
+        text = prompt_text(prompt)
+        limit = self.engine.max_model_len
+        if text is not None and len(text) >= limit:   # shorter texts cannot be refused by the bound below
+            longest = self._longest_token_chars()
+            if longest is not None and -(-len(text) // longest) >= limit:
+                raise ValueError(f"the prompt has at least {-(-len(text) // longest)} tokens ({len(text)} characters, "
+                                 f"and no token of this model is longer than {longest}) but the engine serves at "
+                                 f"most {limit} (max_model_len), prompt and output together; shorten the prompt")
+        return self.engine.make_request(prompt, params, request_id)
+
+    def _longest_token_chars(self) -> int | None:
+        """A bound on the characters one token covers: its decoded bytes, plus 1 for a leading space a
+        decoder strips. None where the tokenizer may delete text first (a normalizer), so no bound holds."""
+        if self._token_chars is None:
+            tokenizer = self.engine.tokenizer
+            backend = getattr(tokenizer, "backend_tokenizer", None)
+            if tokenizer is None or backend is None or backend.normalizer is not None:
+                self._token_chars = 0
+            else:
+                pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))],
+                                                clean_up_tokenization_spaces=False)
+                self._token_chars = max(len(p.encode()) for p in pieces) + 1
+        return self._token_chars or None
+
+    def _leave(self, request_id: str) -> None:
+        """The caller stopped reading: a queued request leaves at once, even mid-step (the step in progress
+        may be a long prefill); one that runs is aborted at the step's end, which frees its KV blocks."""
+        if self.engine.abort_if_waiting(request_id, LEFT_EARLY):
+            self.stats.num_waiting = self.engine.scheduler.num_waiting   # /metrics shows it gone now
+        self._submit(("abort", request_id, LEFT_EARLY))   # also wakes the loop to hand the output back
 
     def abort(self, request_id: str, reason: str = "aborted by the caller") -> None:
         """Abort at the next step boundary; its stream ends with finish_reason "abort". Unknown or
@@ -269,3 +316,4 @@ class AsyncLLM:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         self._executor.shutdown(wait=True)
+        self._tokenizer.shutdown(wait=True, cancel_futures=True)

@@ -100,6 +100,18 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--shutdown-timeout", type=float, default=30.0,
                        help="on SIGTERM, seconds the requests in flight get to finish before the rest are aborted "
                             "(default: %(default)s)")
+    serve.add_argument("--max-request-body-mb", type=float, default=4.0,
+                       help="largest request body taken, in MiB; a larger one is refused with 413 before it is read "
+                            "whole (default: %(default)s)")
+    serve.add_argument("--timeout-keep-alive", type=float, default=5.0,
+                       help="seconds a connection may sit idle, before its first request or between two, before it "
+                            "is closed (uvicorn's; default: %(default)s)")
+    serve.add_argument("--request-read-timeout", type=float, default=30.0,
+                       help="seconds a client may pause in the middle of sending a request (headers or body) before "
+                            "it is answered 408 and closed (default: %(default)s)")
+    serve.add_argument("--engine-threads", type=int, default=None,
+                       help="torch's intra-op threads for the engine on the CPU (default: $OMP_NUM_THREADS if set, "
+                            "else every core but one, which the event loop keeps: bench/README.md measures why)")
     serve.add_argument("--uvicorn-log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug", "trace"],
                        help="uvicorn's logging; info logs every request (default: %(default)s)")

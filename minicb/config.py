@@ -44,7 +44,8 @@ class EngineConfig:
 
     # Who goes first, and who is turned away: lesson 07.
     scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt less urgent ones
-    max_waiting: int | None = None      # queue length beyond which new requests are REJECTED at once
+    max_waiting: int | None = None      # waiting requests the next step cannot start (seats, token budget, KV
+    #                                     blocks), beyond which new requests are REJECTED at once; 0: none may
     max_queue_delay_s: float | None = None  # a request still unscheduled after this long is REJECTED
 
     # Preemption when KV blocks run out: lesson 06.

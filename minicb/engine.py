@@ -11,6 +11,7 @@ One engine step, as data:
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 import zlib
 from dataclasses import replace
@@ -26,7 +27,7 @@ from minicb.model.config import read_model_config
 from minicb.output import OutputProcessor
 from minicb.parts import EngineParts
 from minicb.prompts import Prompt, check_params_and_priority, encode_prompt, prompt_text
-from minicb.request import Request, RequestMetrics, RequestOutput
+from minicb.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from minicb.runner import ModelRunner, Runner, preemption_cost_for, resolve_device, resolve_dtype
 from minicb.sampling import SamplingParams, make_generator, sample
 from minicb.scheduler import build_scheduler
@@ -110,6 +111,9 @@ class LLMEngine:
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
+        # Held by step() except during the forward, so that abort_if_waiting, from another thread, never
+        # changes the queues while the step reads them, and never waits out a long forward either.
+        self.bookkeeping = threading.Lock()
         self._next_id = 0
         self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
         self.num_preemptions = 0   # over the engine's life, for a server's counter (each request counts its own too)
@@ -184,6 +188,24 @@ class LLMEngine:
     # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        with self.bookkeeping:
+            return self._step()
+
+    def abort_if_waiting(self, request_id: str, reason: str) -> bool:
+        """abort() for another thread, at once even while a step runs: only a request that is queued (it
+        holds nothing, and no step is deciding about it now). False if it is not: abort() it between steps."""
+        if not self.bookkeeping.acquire(blocking=False):   # the step is scheduling or recording: moments
+            return False
+        try:
+            req = self.requests.get(request_id)
+            if req is None or req.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                return False
+            self.abort(request_id, reason)
+            return True
+        finally:
+            self.bookkeeping.release()
+
+    def _step(self) -> list[RequestOutput]:
         for req in self.scheduler.reject_stale(self.clock()):
             self._hand_back_later(req)
         outputs, self._pending_outputs = self._pending_outputs, []
@@ -200,7 +222,11 @@ class LLMEngine:
             # batch with only finished members, which must still be released and returned.
             return self._finish_step(out, {}, start, start, outputs, context_tokens=None)
         batch = self.parts.build_flat_batch(sequence_chunks(out), self.config.block_size, self.runner.device)
-        logits = self.runner.execute(batch)
+        self.bookkeeping.release()   # the forward reads no queue: a queued request may leave meanwhile
+        try:
+            logits = self.runner.execute(batch)
+        finally:
+            self.bookkeeping.acquire()
         sampled = self._sample([c.request for c in out.chunks if c.completes_known_tokens], logits)
         for chunk in out.chunks:
             if chunk.request.metrics.scheduled_time is None:

@@ -6,6 +6,7 @@ refusal is an ApiError whose message names the field and the fix.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -16,24 +17,30 @@ SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop"
 COMMON_FIELDS = {"model", "stream", "stream_options", "user", *SAMPLING_FIELDS}   # `user` is only an id: ignored
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens"}
-# OpenAI fields minicb does not implement, accepted only at the value that asks for nothing (or null).
-UNSUPPORTED = {"n": 1, "best_of": 1, "echo": False, "logprobs": False, "top_logprobs": 0, "suffix": None,
-               "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None, "tools": None, "tool_choice": None,
-               "response_format": None}
+# OpenAI fields minicb does not implement, accepted only at the values that ask for nothing (null always is).
+UNSUPPORTED = {"n": [1], "best_of": [1], "echo": [False], "logprobs": [False], "top_logprobs": [0], "suffix": [""],
+               "presence_penalty": [0], "frequency_penalty": [0], "logit_bias": [{}], "tools": [[]],
+               "tool_choice": ["none"], "response_format": [{"type": "text"}]}
 DEFAULT_COMPLETION_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
+# OpenAI's own bound on stop strings is 4. Each one is searched for in the new text of every token, so
+# their number and length would otherwise set the cost of everyone's step.
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 128
 
 
 class ApiError(Exception):
     """An answer other than 200, in OpenAI's error shape: {"error": {message, type, param, code}}."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 retry_after: int | None = None):
+                 retry_after: int | None = None, close_connection: bool = False):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.retry_after = status, message, param, code, retry_after
+        self.close_connection = close_connection   # e.g. the rest of an oversized body is still on its way
 
     @property
     def body(self) -> dict:
-        kind = {400: "invalid_request_error", 404: "invalid_request_error", 503: "service_unavailable"}
+        kind = {400: "invalid_request_error", 404: "invalid_request_error", 408: "invalid_request_error",
+                413: "invalid_request_error", 503: "service_unavailable"}
         return {"error": {"message": self.message, "type": kind.get(self.status, "server_error"),
                           "param": self.param, "code": self.code}}
 
@@ -46,12 +53,33 @@ class ParsedRequest:
     include_usage: bool
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """A value as JSON spells it (null, true, "text"), cut short: an error message quotes, never echoes."""
+    try:
+        text = json.dumps(value)
+    except (RecursionError, ValueError, TypeError):
+        text = f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def json_words(message: str) -> str:
+    """SamplingParams speaks Python; a JSON client sends null, true, false and "text"."""
+    words = {"None": "null", "True": "true", "False": "false"}
+    return re.sub(r"\b(None|True|False)\b", lambda m: words[m[1]], message.replace("'", '"'))
+
+
 def parse_json(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ApiError(400, f"the request body is not valid JSON ({err}); send a JSON object such as "
                             '{"prompt": "ROMEO.\\n", "max_tokens": 16}') from None
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deeply to parse; minicb reads a flat JSON object such as "
+                            '{"prompt": "ROMEO.\\n", "max_tokens": 16}') from None
+    except ValueError as err:   # Python's own bound: an integer of more than 4,300 digits
+        raise ApiError(400, f"the request body has a number too long to read ({str(err).split(':')[0]}); send "
+                            "numbers of a sensible size, such as \"max_tokens\": 16") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {type(body).__name__}; "
                             'send one such as {"prompt": "ROMEO.\\n", "max_tokens": 16}')
@@ -64,20 +92,26 @@ def parse_request(body: dict, chat: bool, served_model: str, default_max_tokens:
         if name in allowed:
             continue
         if name not in UNSUPPORTED:
-            raise ApiError(400, f"unknown field {name!r}; the fields minicb reads are {sorted(allowed)}", name)
-        if value is not None and value != UNSUPPORTED[name]:
+            known = shown(sorted(allowed), limit=999)
+            raise ApiError(400, f"unknown field {shown(name)}; the fields minicb reads are {known}", name)
+        if value is not None and not any(asks_for(value, nothing) for nothing in UNSUPPORTED[name]):
             how = ("minicb returns one choice per request; send n separate requests instead"
-                   if name in ("n", "best_of") else f"remove it (or send {UNSUPPORTED[name]!r})")
-            raise ApiError(400, f"{name}={value!r} is not supported by minicb: {how}", name)
+                   if name in ("n", "best_of") else f"remove it (or send {shown(UNSUPPORTED[name][0])} or null)")
+            raise ApiError(400, f"{name}={shown(value)} is not supported by minicb: {how}", name)
     model = body.get("model")
     if model is not None and model != served_model:
-        raise ApiError(404, f"model {model!r} is not served here; this server serves {served_model!r} "
+        raise ApiError(404, f"model {shown(model)} is not served here; this server serves {shown(served_model)} "
                             "(GET /v1/models lists it), or leave `model` out", "model", "model_not_found")
     stream = False if body.get("stream") is None else body["stream"]
     if not isinstance(stream, bool):
-        raise ApiError(400, f"stream={stream!r} is invalid: use true or false", "stream")
+        raise ApiError(400, f"stream={shown(stream)} is invalid: use true or false", "stream")
     return ParsedRequest(check_messages(body) if chat else check_prompt(body),
                          sampling_params(body, default_max_tokens), stream, include_usage(body, stream))
+
+
+def asks_for(value: object, nothing: object) -> bool:
+    """value is `nothing` in JSON's eyes: false is not 0, though Python's False == 0."""
+    return value == nothing and isinstance(value, bool) == isinstance(nothing, bool)
 
 
 def check_prompt(body: dict) -> str | list[int]:
@@ -97,11 +131,25 @@ def check_messages(body: dict) -> list[dict]:
     fix = 'send "messages": [{"role": "user", "content": "..."}]'
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, f"messages must be a non-empty list of messages; {fix}", "messages")
-    for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise ApiError(400, f"messages[{i}] must be an object with a string role and a string content "
-                                f"(minicb takes text only); {fix}", "messages")
-    return messages
+    return [{**m, "content": message_text(i, m, fix)} for i, m in enumerate(messages)]
+
+
+def message_text(i: int, message: object, fix: str) -> str:
+    """A message's content as one string: a string, a list of text parts (joined), or null from the
+    assistant (a turn that called a tool, say, and said nothing)."""
+    wrong = ApiError(400, f"messages[{i}] must be an object with a string role and a content that is a string or "
+                          f"a list of text parts (minicb takes text only); {fix}", "messages")
+    if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
+        raise wrong
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if content is None and message["role"] == "assistant":
+        return ""
+    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
+                                         and isinstance(part.get("text"), str) for part in content):
+        return "".join(part["text"] for part in content)
+    raise wrong
 
 
 def sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
@@ -110,11 +158,27 @@ def sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
     if body.get("max_completion_tokens") is not None:   # chat's newer name for max_tokens, which it wins over
         given["max_tokens"] = body["max_completion_tokens"]
     given.setdefault("max_tokens", default_max_tokens)
+    check_stop(given.get("stop"))
     try:
         return SamplingParams(**given)
     except ValueError as err:
         message = str(err).removeprefix("SamplingParams.")
-        raise ApiError(400, message, message.split("=", 1)[0]) from None
+        name, _, fix = message.partition(" is invalid: ")
+        name = name.split("=", 1)[0]
+        if name in given and fix:   # said again with the value and the fix as JSON spells them
+            message = f"{name}={shown(given[name])} is invalid: {json_words(fix)}"
+        raise ApiError(400, message, name) from None
+
+
+def check_stop(stop: object) -> None:
+    strings = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    if len(strings) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"stop has {len(strings)} strings; send at most {MAX_STOP_STRINGS}, as OpenAI allows",
+                       "stop")
+    for i, string in enumerate(strings):
+        if isinstance(string, str) and len(string) > MAX_STOP_CHARS:
+            raise ApiError(400, f"stop[{i}] has {len(string)} characters; send stop strings of at most "
+                                f"{MAX_STOP_CHARS}", "stop")
 
 
 def include_usage(body: dict, stream: bool) -> bool:

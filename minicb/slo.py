@@ -130,7 +130,7 @@ def grade_slo(config: dict, target: SloTarget = SloTarget(), workload: list[Work
     engine = LLMEngine(device="cpu", simulate=True, num_blocks=num_blocks, parts=parts, **config)
     outputs = run_workload(engine, workload or slo_workload(), progress=False)
     summary = summarize(outputs, engine.trace)
-    if summary["served"] == 0:   # e.g. max_waiting=0 turns everyone away: no latency to measure, and the SLO is missed
+    if summary["served"] == 0:   # everyone was turned away: no latency to measure, and the SLO is missed
         return SloReport(0, len(outputs), math.inf, math.inf, 0.0, False)
     _, rate = goodput(outputs, target)
     return SloReport(summary["served"], summary["requests"] - summary["served"], summary["ttft"]["p99"],

@@ -119,15 +119,24 @@ def test_a_failed_step_fails_its_streams_and_the_engine_serves_on(llm, loop, mon
 
 
 def test_a_rejected_request_comes_back_finished_with_its_reason(llm, loop, monkeypatch):
+    # max_waiting=0: none may wait that the next step cannot start. Of 9 sent at once to 8 seats, one is refused.
     monkeypatch.setattr(llm.engine.config, "max_waiting", 0)   # the scheduler reads the same config object
     rejected = llm.stats.finished["rejected"]
 
-    async def scenario() -> list:
-        return [o async for o in llm.generate(PROMPT, SamplingParams(max_tokens=3))]
+    async def first_outputs() -> list:
+        streams = [llm.generate(PROMPT, LONG) for _ in range(9)]
+        try:
+            return await asyncio.gather(*(anext(stream) for stream in streams))
+        finally:
+            for stream in streams:
+                await stream.aclose()
 
-    [output] = loop.run_until_complete(scenario())
-    assert output.finished and output.outputs[0].finish_reason == "rejected" and "max_waiting=0" in output.reason
-    assert llm.stats.finished["rejected"] == rejected + 1 and pool_is_empty(llm)
+    firsts = loop.run_until_complete(first_outputs())
+    [output] = [o for o in firsts if o.finished]
+    assert output.outputs[0].finish_reason == "rejected" and "max_waiting=0" in output.reason
+    assert sum(o.outputs[0].token_ids != [] for o in firsts) == 8, "the other 8 run"
+    loop.run_until_complete(until(lambda: pool_is_empty(llm)))
+    assert llm.stats.finished["rejected"] == rejected + 1
 
 
 def test_bad_input_raises_at_once_and_queues_nothing(llm, loop):

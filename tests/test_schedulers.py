@@ -247,14 +247,24 @@ def test_fcfs_preempts_the_latest_arrival(tiny_checkpoint):
     assert first == ["1"]
 
 
-def test_max_waiting_rejects_at_once_and_serves_the_rest(tiny_checkpoint):
-    engine = make_engine(tiny_checkpoint, max_num_seqs=1, max_waiting=2)
-    for i in range(5):
+@pytest.mark.parametrize("batching, seats, num_blocks, max_waiting, served", [
+    ("continuous", 1, 128, 2, 3),   # the free seat takes the first at the next step; two more may wait
+    ("continuous", 8, 128, 0, 8),   # a burst the seats take at once waits for nothing: max_waiting=0 refuses none
+    ("continuous", 8, 128, 2, 10),
+    ("continuous", 8, 3, 0, 3),     # one block a prompt: the pool, not the seats, starts only 3
+    ("static", 4, 128, 1, 5),       # the next batch takes 4, one more may wait
+])
+def test_max_waiting_counts_only_what_the_next_step_cannot_start(tiny_checkpoint, batching, seats, num_blocks,
+                                                                 max_waiting, served):
+    engine = make_engine(tiny_checkpoint, batching=batching, max_num_seqs=seats, num_blocks=num_blocks,
+                         max_waiting=max_waiting)
+    for i in range(12):
         engine.add_request([1 + i], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
     outputs = run_checked(engine)
     final = {o.request_id: o for o in outputs if o.finished}
-    assert [final[str(i)].outputs[0].finish_reason for i in range(5)] == ["length"] * 2 + ["rejected"] * 3
-    assert "max_waiting=2" in final["4"].reason
+    assert [final[str(i)].outputs[0].finish_reason for i in range(12)] == ["length"] * served + ["rejected"] * (
+        12 - served)
+    assert f"max_waiting={max_waiting}" in final["11"].reason
 
 
 def test_max_queue_delay_rejects_requests_that_waited_too_long(tiny_checkpoint):

@@ -136,9 +136,9 @@ BAD_INPUT = [   # (path, body, status, words the message must hold, the field it
     ("/v1/completions", {"prompt": ["a", "b"]}, 400, "send one request per prompt", "prompt"),
     ("/v1/completions", {"prompt": ""}, 400, "the prompt is empty", "prompt"),
     ("/v1/completions", {"prompt": [5, 99999]}, 400, "token ids must be", "prompt"),
-    ("/v1/completions", {"prompt": PROMPT, "max_tokens": "ten"}, 400, "max_tokens='ten' is invalid: use an integer",
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": "ten"}, 400, 'max_tokens="ten" is invalid: use an integer',
      "max_tokens"),
-    ("/v1/completions", {"prompt": PROMPT, "stream": "yes"}, 400, "stream='yes' is invalid: use true or false",
+    ("/v1/completions", {"prompt": PROMPT, "stream": "yes"}, 400, 'stream="yes" is invalid: use true or false',
      "stream"),
     ("/v1/completions", {"prompt": PROMPT, "temperature": -1}, 400, "temperature=-1 is invalid: use a finite number",
      "temperature"),
@@ -147,12 +147,12 @@ BAD_INPUT = [   # (path, body, status, words the message must hold, the field it
     ("/v1/completions", {"prompt": PROMPT, "best_of": 3}, 400, "best_of=3 is not supported", "best_of"),
     ("/v1/completions", {"prompt": PROMPT, "logprobs": 2}, 400, "logprobs=2 is not supported by minicb: remove it",
      "logprobs"),
-    ("/v1/completions", {"prompt": PROMPT, "echo": True}, 400, "echo=True is not supported", "echo"),
-    ("/v1/completions", {"prompt": PROMPT, "suffix": "!"}, 400, "suffix='!' is not supported", "suffix"),
-    ("/v1/completions", {"prompt": PROMPT, "max_token": 5}, 400, "unknown field 'max_token'", "max_token"),
+    ("/v1/completions", {"prompt": PROMPT, "echo": True}, 400, "echo=true is not supported", "echo"),
+    ("/v1/completions", {"prompt": PROMPT, "suffix": "!"}, 400, 'suffix="!" is not supported', "suffix"),
+    ("/v1/completions", {"prompt": PROMPT, "max_token": 5}, 400, 'unknown field "max_token"', "max_token"),
     ("/v1/completions", {"prompt": PROMPT, "stream_options": {"include_usage": True}}, 400,
      "set stream to true", "stream_options"),
-    ("/v1/completions", {"prompt": PROMPT, "model": "gpt-4"}, 404, "this server serves 'bard'", "model"),
+    ("/v1/completions", {"prompt": PROMPT, "model": "gpt-4"}, 404, 'this server serves "bard"', "model"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 400, "/v1/completions", "messages"),
 ]
 
@@ -282,9 +282,26 @@ def test_chat_applies_the_template_streaming_and_not(chat_server, bard_llm):
     assert httpx.get(chat_server.url + "/v1/models").json()["data"][0]["id"] == "tiny-qwen2"
 
 
-def test_chat_refuses_messages_that_are_not_text(chat_server):
-    answer = httpx.post(chat_server.url + "/v1/chat/completions", json={"messages": [{"role": "user"}]})
-    assert answer.status_code == 400 and "string content" in answer.json()["error"]["message"]
+def test_chat_takes_text_parts_and_a_null_assistant_content_as_text(chat_server):
+    def answer(messages: list[dict]) -> dict:
+        reply = httpx.post(chat_server.url + "/v1/chat/completions", timeout=60,
+                           json={"messages": messages, "max_tokens": 4, "temperature": 0})
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    plain = answer([{"role": "assistant", "content": ""}, {"role": "user", "content": "Who is there?"}])
+    text_parts = [{"type": "text", "text": "Who is "}, {"type": "text", "text": "there?"}]
+    parts = answer([{"role": "assistant", "content": None}, {"role": "user", "content": text_parts}])
+    assert parts["usage"] == plain["usage"] and parts["choices"] == plain["choices"], "the same templated prompt"
+
+
+@pytest.mark.parametrize("message", [{"role": "user"}, {"role": "user", "content": None},
+                                     {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+                         ids=["no-content", "null-from-the-user", "an-image"])
+def test_chat_refuses_messages_that_are_not_text(chat_server, message):
+    answer = httpx.post(chat_server.url + "/v1/chat/completions", json={"messages": [message]})
+    assert answer.status_code == 400
+    assert "list of text parts (minicb takes text only)" in answer.json()["error"]["message"]
 
 
 # --- models, health, trace ------------------------------------------------------------------------------
@@ -330,10 +347,13 @@ def test_serve_has_a_flag_per_engine_knob_and_refuses_bad_ones_clearly(capsys):
     for name in cli_knobs():
         assert "--" + name.replace("_", "-") in help_text
     for flag in ("--max-num-seqs", "--enable-chunked-prefill", "--kv-cache-memory-mb", "--preemption-mode",
-                 "--max-waiting", "--max-queue-delay-s", "--served-model-name", "--shutdown-timeout"):
+                 "--max-waiting", "--max-queue-delay-s", "--served-model-name", "--shutdown-timeout",
+                 "--max-request-body-mb", "--timeout-keep-alive", "--request-read-timeout", "--engine-threads"):
         assert flag in help_text
     assert main(["serve", "--device", "cpu", "--max-num-seqs", "0"]) == 2
     assert "EngineConfig.max_num_seqs=0 is invalid: use an integer >= 1" in capsys.readouterr().err
+    assert main(["serve", "--device", "cpu", "--request-read-timeout", "0"]) == 2
+    assert "--request-read-timeout 0.0 is invalid: use a number > 0" in capsys.readouterr().err
 
 
 def test_prefix_cache_hits_are_counted_in_metrics_and_change_no_answer():

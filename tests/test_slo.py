@@ -26,7 +26,8 @@ def test_chunked_prefill_alone_fixes_latency_between_tokens_not_the_queue():
 def test_a_configuration_that_serves_nobody_misses_the_slo():
     from minicb.slo import grade_slo
 
-    report = grade_slo({"max_waiting": 0})
+    # Without chunked prefill, a prompt over max_num_batched_tokens can never be served: every one is refused.
+    report = grade_slo({"max_num_batched_tokens": 1})   # every prompt has 2 tokens or more
     assert report.served == 0 and report.rejected > 0 and not report.met and report.goodput_rps == 0
 
 

@@ -34,6 +34,14 @@ class SchedulerBase(ABC):
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def _queue_with(self, request: Request) -> list[Request]:
+        """The waiting queue, in order, as it would be with request added."""
+        return [*self.waiting, request]
+
+    @abstractmethod
+    def startable_next_step(self, queue: list[Request]) -> int:
+        """How many requests from the head of `queue` the next step could start, as things are now."""
+
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)
@@ -41,7 +49,7 @@ class SchedulerBase(ABC):
     def add(self, request: Request) -> None:
         """Queue a request, or turn it away (REJECTED) when the queue is full. One that can never be served
         never gets here: the engine refuses it at make_request, with why_never_servable's reason."""
-        reason = self.why_not_now()
+        reason = self.why_not_now(request)
         if reason:
             request.status, request.reason = RequestStatus.REJECTED, reason
         else:
@@ -61,11 +69,17 @@ class SchedulerBase(ABC):
                     "max_num_batched_tokens or set enable_chunked_prefill=True")
         return None
 
-    def why_not_now(self) -> str | None:
-        """A full queue turns requests away instead of making everyone slower."""
+    def why_not_now(self, request: Request) -> str | None:
+        """A full queue turns requests away instead of making everyone slower. Only the requests that the
+        next step cannot start count as queued: a burst that free seats take at once waits for nothing."""
         limit = self.config.max_waiting
-        if limit is not None and len(self.waiting) >= limit:
-            return f"the queue is full (max_waiting={limit}); retry later, or raise max_waiting"
+        if limit is None:
+            return None
+        queue = self._queue_with(request)
+        backlog = len(queue) - self.startable_next_step(queue)
+        if backlog > limit:
+            return (f"the queue is full (max_waiting={limit}: {backlog - 1} requests already wait beyond what the "
+                    "next step can start); retry later, or raise max_waiting")
         return None
 
     def reject_stale(self, now: float) -> list[Request]:

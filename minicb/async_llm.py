@@ -242,8 +242,11 @@ class AsyncLLM:
             elif kind == "abort_all":
                 self._abort_everything(reason)
 
+    def _unfinished(self) -> list[str]:
+        return [rid for rid, req in self.engine.requests.items() if not req.status.finished]
+
     def _abort_everything(self, reason: str) -> None:
-        unfinished = [rid for rid, req in self.engine.requests.items() if not req.status.finished]
+        unfinished = self._unfinished()
         for request_id in unfinished:
             self.engine.abort(request_id, reason)
         if unfinished:
@@ -268,7 +271,7 @@ class AsyncLLM:
         log.error("an engine step failed: %r; failing the %d requests in flight", err, len(self._streams))
         reason = f"an engine step failed: {err!r}"
         self._fail_streams(EngineError(reason))
-        for request_id in [rid for rid, req in self.engine.requests.items() if not req.status.finished]:
+        for request_id in self._unfinished():
             self.engine.fail(request_id, reason)
 
     def _fail_streams(self, error: Exception) -> None:

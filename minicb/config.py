@@ -118,6 +118,11 @@ class EngineConfig:
                              "block, as paged continuous batching hands them out")
 
 
+    @property
+    def pool_knob(self) -> str:
+        """The option that sized the KV pool: the one to raise when it is too small."""
+        return "num_blocks" if self.num_blocks else "kv_cache_memory_mb"
+
     def token_budget(self, max_model_len: int) -> int:
         """max_num_batched_tokens, or its default for an engine that serves max_model_len tokens per sequence."""
         if self.max_num_batched_tokens is not None:

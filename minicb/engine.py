@@ -97,10 +97,9 @@ class LLMEngine:
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
         self.max_seq_tokens = max_seq_tokens = min(self.max_model_len, pool_tokens)
         if max_seq_tokens < self.max_model_len:
-            pool = "num_blocks" if c.num_blocks else "kv_cache_memory_mb"
             warnings.warn(f"the KV pool holds {max_seq_tokens} tokens ({num_blocks} blocks of {c.block_size}), "
                           f"less than one sequence of max_model_len={self.max_model_len}: longer requests stop "
-                          f"early with finish_reason 'length'. Raise {pool}, or set max_model_len <= "
+                          f"early with finish_reason 'length'. Raise {c.pool_knob}, or set max_model_len <= "
                           f"{max_seq_tokens}", PoolTooSmallWarning, stacklevel=stacklevel_outside_minicb())
         kv = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len, num_swap_blocks,
                           allocator=parts.allocator)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import MutableSequence
 from typing import TYPE_CHECKING
 
 from minicb.block_manager import BlockManager, BlockUsage
@@ -31,12 +32,18 @@ class SchedulerBase(ABC):
     def _drop(self, request: Request) -> None:
         """Take an unfinished request out of wherever it is, freeing what it holds."""
 
+    def _place(self, queue: MutableSequence[Request], request: Request) -> None:
+        """Put request where it waits in queue: at the end, unless a policy orders the queue."""
+        queue.append(request)
+
     def _enqueue(self, request: Request) -> None:
-        self.waiting.append(request)
+        self._place(self.waiting, request)
 
     def _queue_with(self, request: Request) -> list[Request]:
         """The waiting queue, in order, as it would be with request added."""
-        return [*self.waiting, request]
+        queue = list(self.waiting)
+        self._place(queue, request)
+        return queue
 
     @abstractmethod
     def startable_next_step(self, queue: list[Request]) -> int:
@@ -60,9 +67,8 @@ class SchedulerBase(ABC):
         kv, c = self.kv, self.config
         needed = kv.blocks_to_reserve(req.num_tokens + 1, self.reserve_tokens(req))
         if needed > kv.num_blocks:
-            pool = "num_blocks" if c.num_blocks else "kv_cache_memory_mb"
             return (f"it needs {needed} KV blocks to start but the whole pool has {kv.num_blocks} "
-                    f"({kv.num_blocks * kv.block_size} token slots); raise {pool}, or shorten the prompt")
+                    f"({kv.num_blocks * kv.block_size} token slots); raise {c.pool_knob}, or shorten the prompt")
         if req.num_tokens > c.max_num_batched_tokens and not c.enable_chunked_prefill:
             return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
                     f"{c.max_num_batched_tokens}, and without chunked prefill a prompt runs in one step; raise "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import MutableSequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -286,19 +287,11 @@ class ContinuousScheduler(SchedulerBase):
 
     # --- the queue -----------------------------------------------------------------------------
 
-    def _enqueue(self, request: Request) -> None:
+    def _place(self, queue: MutableSequence[Request], request: Request) -> None:
         if self.config.scheduling_policy == "priority":   # sorted: lower priority value first, then arrival
-            bisect.insort(self.waiting, request, key=rank)
-        else:
-            self.waiting.append(request)
-
-    def _queue_with(self, request: Request) -> list[Request]:
-        queue = list(self.waiting)
-        if self.config.scheduling_policy == "priority":
             bisect.insort(queue, request, key=rank)
         else:
             queue.append(request)
-        return queue
 
     def startable_next_step(self, queue: list[Request]) -> int:
         """Admission's own tests, ahead of time: a seat (after the swapped, who come back first), its

@@ -186,7 +186,7 @@ def bench_decode_roofline(path: Path, batch: int, context: int, dtype: str, copy
         c = runner.config
         weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())   # tied: counted once
         kv_bytes = batch * context * c.num_layers * 2 * c.kv_dim * runner.kv_cache.element_size()
-        measured = seconds(lambda: runner.execute(step))
+        measured = seconds(lambda: runner.logits(step))
         roofline = (weight_bytes + kv_bytes) / (copy_gbps * 1e9)
         rows.append({"backend": runner.attn_backend, "batch": batch, "context": context, "dtype": dtype,
                      "weight_MB": round(weight_bytes / 1e6, 1), "kv_MB": round(kv_bytes / 1e6, 1),

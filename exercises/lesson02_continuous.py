@@ -10,8 +10,8 @@ configuration; `course.llm(lesson=2)` plugs yours in. What you may use:
 - sched.kv: the KV pool; kv.can_append(seq_id, n) / kv.can_allocate(n, keep_free=k) say whether it
   can hold n more tokens of a running sequence / the first n tokens of a new one;
 - sched.chunk_size(req, step): the tokens req may run this step (1 for a decode; 0: none fit);
-- sched.make_room(step): preempts the least urgent running request (lesson 06), returns it, and
-  gives its tokens of this step back to step.token_budget;
+- sched.make_room(step): preempts the running request lesson 06's choose_victim picks, returns it,
+  and gives its tokens of this step back to step.token_budget;
 - sched.run(req, n, step) / sched.start(req, n, step): record the decision (slots, chunk, budget);
 - step.token_budget (tokens left this step), step.keep_free (blocks admission must leave free).
 """

@@ -106,7 +106,7 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> Fast
         headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
         if err.close_connection:
             headers["Connection"] = "close"
-        return JSONResponse(err.body, err.status, headers=headers)
+        return JSONResponse(err.body, err.http_status, headers=headers)
 
     @app.exception_handler(ClientDisconnect)
     async def left_mid_body(request: Request, err: ClientDisconnect) -> Response:

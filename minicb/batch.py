@@ -85,17 +85,10 @@ FlatBatch.build = staticmethod(build_flat_batch)   # the same builder, by the na
 
 
 def sequence_chunks(out: SchedulerOutput) -> list[SequenceChunk]:
-    """The scheduler's decision as chunks: each scheduled request brings its next num_new_tokens
-    uncomputed tokens; the dense baseline's padding rows come last."""
-    block_tables = out.block_tables
-    chunks = []
-    for c in out.chunks:
-        req = c.request
-        start = req.num_computed_tokens
-        chunks.append(SequenceChunk(req.all_token_ids[start:start + c.num_new_tokens], start,
-                                    block_tables[req.request_id], c.completes_known_tokens))
+    """The scheduler's decision as chunks, read from its snapshots alone: each scheduled request's new
+    tokens; the dense baseline's padding rows last."""
+    chunks = [SequenceChunk(list(c.token_ids), c.num_computed, list(c.block_table), c.samples) for c in out.chunks]
     for pad in out.padding:
-        chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, block_tables[pad.request.request_id],
+        chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, list(pad.block_table),
                                     needs_logits=False, write_kv=False))
     return chunks
-

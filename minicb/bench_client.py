@@ -236,8 +236,7 @@ async def benchmark(base_url: str, rate: float | None, num_prompts: int, workloa
             tasks.append(asyncio.create_task(one(body, t0)))
         records = await asyncio.gather(*tasks)
         bar.close()
-    for r in records:
-        r.metrics = metrics(r.send_time, r.chunks)
+    records = [dataclasses.replace(r, metrics=metrics(r.send_time, r.chunks)) for r in records]
     duration = max(r.end_time for r in records) - min(r.send_time for r in records)
     config = dict(base_url=base_url, model=model, rate=rate, num_prompts=num_prompts, workload=workload, seed=seed,
                   max_tokens=max_tokens, ignore_eos=ignore_eos, slo=dataclasses.asdict(slo))

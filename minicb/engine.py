@@ -2,11 +2,13 @@
 
 One engine step, as data:
 
-    scheduler.schedule()               -> SchedulerOutput   which requests run, how many tokens each
+    scheduler.schedule()               -> SchedulerOutput   which requests run, how many tokens each (plain data)
     build_flat_batch(chunks)           -> FlatBatch         the flat tensors the model runs on
-    runner.execute + sample            -> one token per request that reached its last known token
+    runner.execute(batch, sampling)    -> one token per request that reached its last known token
     scheduler.update_from_output       -> progress recorded; finished requests leave (continuous: at once)
     trace.record_step                  -> one StepRecord
+
+The engine writes no request's state: the scheduler alone does.
 """
 from __future__ import annotations
 
@@ -16,8 +18,6 @@ import warnings
 import zlib
 from dataclasses import replace
 from pathlib import Path
-
-import torch
 
 from minicb.batch import sequence_chunks
 from minicb.block_manager import BlockManager
@@ -29,7 +29,7 @@ from minicb.parts import EngineParts
 from minicb.prompts import Prompt, check_params_and_priority, encode_prompt, prompt_text
 from minicb.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from minicb.runner import ModelRunner, Runner, preemption_cost_for, resolve_device, resolve_dtype
-from minicb.sampling import SamplingParams, make_generator, sample
+from minicb.sampling import SamplingParams, make_generator
 from minicb.scheduler import build_scheduler
 from minicb.scheduler.output import SchedulerOutput
 from minicb.simulator import SimulatedRunner
@@ -106,7 +106,7 @@ class LLMEngine:
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         outputs = OutputProcessor(self.tokenizer, self.runner.config.eos_token_ids, self.max_model_len,
                                   max_seq_tokens, detokenize=not c.simulate)
-        self.scheduler = build_scheduler(c, kv, parts, outputs, preemption_cost_for(c, self.runner))
+        self.scheduler = build_scheduler(c, kv, parts, outputs, self.runner.clock, preemption_cost_for(c, self.runner))
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
@@ -177,9 +177,12 @@ class LLMEngine:
 
     def _hand_back_later(self, req: Request) -> None:
         """A request ended outside a step (rejected, aborted): its output goes back with the next step."""
-        req.metrics.finished_time = self.clock()
         self.trace.release(req.request_id)
         self._pending_outputs.append(RequestOutput.of(req))
+
+    def idle_until(self, t: float) -> None:
+        """Nothing to do until t (the next arrival): wait for it (the simulator's clock jumps there)."""
+        self.runner.advance_to(t)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending_outputs)
@@ -212,35 +215,25 @@ class LLMEngine:
         out = self.scheduler.schedule()
         self._copy_blocks(out)
         self.num_preemptions += len(out.preempted)
-        for req in out.preempted:
-            req.metrics.num_preemptions += 1
-            req.metrics.last_preempted_at = start
         self.trace.note_preemptions(out)
         if out.is_empty:
             # A priority preemption emptied the step (the next one admits), or an abort left a static
             # batch with only finished members, which must still be released and returned.
             return self._finish_step(out, {}, start, start, outputs, context_tokens=None)
         batch = self.parts.build_flat_batch(sequence_chunks(out), self.config.block_size, self.runner.device)
+        due = out.sampling
+        sampling = [(self.requests[rid].params, self.requests[rid].generator) for rid in due]
         self.bookkeeping.release()   # the forward reads no queue: a queued request may leave meanwhile
         try:
-            logits = self.runner.execute(batch)
+            tokens = self.runner.execute(batch, sampling)
         finally:
             self.bookkeeping.acquire()
-        sampled = self._sample([c.request for c in out.chunks if c.completes_known_tokens], logits)
-        for chunk in out.chunks:
-            if chunk.request.metrics.scheduled_time is None:
-                chunk.request.metrics.scheduled_time = start
-        for req in out.admitted + out.swapped_in:
-            if req.metrics.last_preempted_at is not None:
-                req.metrics.preempted_time += start - req.metrics.last_preempted_at
-                req.metrics.last_preempted_at = None
+        sampled = dict(zip(due, tokens))
         return self._finish_step(out, sampled, start, self.clock(), outputs, int(batch.attn.seq_lens.sum()))
 
-    def _finish_step(self, out: SchedulerOutput, sampled: dict[Request, int | None], start: float, end: float,
+    def _finish_step(self, out: SchedulerOutput, sampled: dict[str, int | None], start: float, end: float,
                      outputs: list[RequestOutput], context_tokens: int | None) -> list[RequestOutput]:
         returned = self.scheduler.update_from_output(out, sampled, end)
-        for req in returned:
-            req.metrics.finished_time = end   # when the user gets the result, which static batching delays
         if context_tokens is None:
             for req in returned:
                 self.trace.release(req.request_id)
@@ -250,18 +243,12 @@ class LLMEngine:
                                    self.scheduler.kv_block_map() if self.config.trace_kv_blocks else None)
         if self.config.check_kv_invariants:
             self.scheduler.check_invariants()
-        shown = list(sampled) if self.scheduler.streams_tokens else returned
+        shown = [self.requests[rid] for rid in sampled] if self.scheduler.streams_tokens else returned
         outputs += [RequestOutput.of(r) for r in shown]
         for output in outputs:   # a result goes back once; then the engine forgets the request
             if output.finished:
                 del self.requests[output.request_id]
         return outputs
-
-    @staticmethod
-    def _sample(due: list[Request], logits: torch.Tensor) -> dict[Request, int | None]:
-        """A token for each request due one; a request whose row cannot be sampled (NaN or inf) gets None
-        and fails alone, while everyone else in the batch carries on."""
-        return dict(zip(due, sample(logits, [r.params for r in due], [r.generator for r in due])))
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
         """Run the step's swaps in the order the scheduler decided them, before the forward reuses

@@ -34,14 +34,15 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  retry_after: int | None = None, close_connection: bool = False):
         super().__init__(message)
-        self.status, self.message, self.param, self.code, self.retry_after = status, message, param, code, retry_after
+        self.http_status, self.message, self.param, self.code = status, message, param, code
+        self.retry_after = retry_after
         self.close_connection = close_connection   # e.g. the rest of an oversized body is still on its way
 
     @property
     def body(self) -> dict:
         kind = {400: "invalid_request_error", 404: "invalid_request_error", 408: "invalid_request_error",
                 413: "invalid_request_error", 503: "service_unavailable"}
-        return {"error": {"message": self.message, "type": kind.get(self.status, "server_error"),
+        return {"error": {"message": self.message, "type": kind.get(self.http_status, "server_error"),
                           "param": self.param, "code": self.code}}
 
 

@@ -1,6 +1,7 @@
 """From sampled tokens to what the user sees: append the token, extend the text (incremental
 detokenisation), and decide whether the request is done (EOS, stop tokens, stop strings, lengths).
-The scheduler calls it from update_from_output, the one place a request's progress changes."""
+The scheduler calls it from update_from_output and records what it decides: the scheduler alone writes
+a request's state."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,25 +19,24 @@ class OutputProcessor:
         self.max_seq_tokens = max_seq_tokens   # the most a sequence can hold: max_model_len, or the whole pool
         self.detokenize = detokenize and tokenizer is not None
 
-    def append_token(self, req: Request, token: int, t: float) -> None:
-        """Record a new token sampled at time t, extend the text, and decide whether req is done."""
+    def append_token(self, req: Request, token: int) -> tuple[RequestStatus, str | None] | None:
+        """Append a new token and extend the text; the finished state it puts req in, with a reason when
+        one is worth saying (None: req goes on). The scheduler records it."""
         req.output_token_ids.append(token)
-        if req.metrics.first_token_time is None:
-            req.metrics.first_token_time = t
-        req.metrics.token_times.append(t)
         p = req.params
+        finish: tuple[RequestStatus, str | None] | None = None
         if self.detokenize and self._extend_text_and_check_stop_strings(req):
-            req.status = RequestStatus.FINISHED_STOPPED
-            return
+            return RequestStatus.FINISHED_STOPPED, None
         if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
-            req.status = RequestStatus.FINISHED_STOPPED
+            finish = RequestStatus.FINISHED_STOPPED, None
         elif len(req.output_token_ids) >= p.max_tokens:
-            req.status = RequestStatus.FINISHED_LENGTH
+            finish = RequestStatus.FINISHED_LENGTH, None
         elif req.num_tokens >= self.max_seq_tokens:
-            req.status, req.reason = RequestStatus.FINISHED_LENGTH, self._why_cut_short()
-        if req.status.finished and self.detokenize:
+            finish = RequestStatus.FINISHED_LENGTH, self._why_cut_short()
+        if finish is not None and self.detokenize:
             # Bytes of an unfinished character were held back; the full decode shows them as U+FFFD.
             req.text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
+        return finish
 
     def _extend_text_and_check_stop_strings(self, req: Request) -> bool:
         """Append the new text; True (with the text cut before it) when a stop string appeared."""

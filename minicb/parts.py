@@ -11,9 +11,9 @@ run your code.
     lesson 04  allocator: the class the KV pool's blocks are handed out by (PagedAllocator)
     lesson 05  paged_decode_attention(q, k_cache, v_cache, seq_lens, block_tables, max_seq_len, scale)
                -> (B, H, hd): the triton backend's decode kernel (None: minicb_kernels')
-    lesson 06  make_room(sched, step) -> the request preempted to free KV blocks
-               should_swap(sched, victim) -> swap it (True) or recompute it (False)
-    lesson 07  chunk_size(sched, req, step) -> how many of req's tokens run this step
+    lesson 06  choose_victim(running) -> the request_id of the running request that gives its KV blocks back
+               should_swap(victim, mode, cost) -> swap it (True) or recompute it (False)
+    lesson 07  chunk_size(uncomputed, budget, step_is_empty, config) -> how many of a request's tokens run now
     lesson 10  block_hashes(token_ids, block_size, parent) -> the chain hash of each full block
                longest_cached_prefix(hashes, cached) -> how many leading blocks the prefix cache holds
 """
@@ -30,7 +30,7 @@ from minicb.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.request import Request
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.continuous import admit_waiting, schedule_running
-from minicb.scheduler.preemption import make_room, should_swap
+from minicb.scheduler.preemption import choose_victim, should_swap
 
 
 @dataclass
@@ -40,7 +40,7 @@ class EngineParts:
     build_flat_batch: Callable[..., FlatBatch] = build_flat_batch
     allocator: type = PagedAllocator
     paged_decode_attention: Callable[..., torch.Tensor] | None = None
-    make_room: Callable[..., Request] = make_room
+    choose_victim: Callable[..., str] = choose_victim
     should_swap: Callable[..., bool] = should_swap
     chunk_size: Callable[..., int] = chunk_size
     block_hashes: Callable[..., list[bytes]] = block_hashes

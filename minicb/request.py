@@ -115,6 +115,34 @@ def rank(req: Request) -> tuple[int, float, int]:
     return req.priority, req.metrics.arrival_time, req.arrival_index
 
 
+@dataclass(frozen=True)
+class RequestView:
+    """A request as a policy sees it (the lessons' decisions): a snapshot it can read but not change. The
+    scheduler alone changes requests, applying what the decisions return."""
+    request_id: str
+    priority: int
+    arrival_time: float
+    arrival_index: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_computed_tokens: int   # tokens whose K/V are in the cache
+    max_tokens: int
+
+    @classmethod
+    def of(cls, req: Request) -> "RequestView":
+        return cls(req.request_id, req.priority, req.metrics.arrival_time, req.arrival_index,
+                   len(req.prompt_token_ids), len(req.output_token_ids), req.num_computed_tokens, req.params.max_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def rank(self) -> tuple[int, float, int]:
+        """Serving order, as minicb.request.rank: lower priority value first, then earlier arrival."""
+        return self.priority, self.arrival_time, self.arrival_index
+
+
 @dataclass
 class CompletionOutput:
     text: str

@@ -16,6 +16,10 @@ from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.compiled import CompiledModel
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
+from minicb.sampling import SamplingParams, sample
+
+# How each row of a step is sampled: the request's parameters and its own generator, in the batch's row order.
+RowSampling = list[tuple[SamplingParams, torch.Generator]]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -78,7 +82,8 @@ class Runner(Protocol):
 
     def clock(self) -> float: ...
     def advance_to(self, t: float) -> None: ...
-    def execute(self, batch: FlatBatch) -> torch.Tensor: ...
+    def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int | None]:
+        """Run the step; the next token of each row of batch.logits_indices (None: it was not finite)."""
     def swap_out(self, pairs: list[tuple[int, int]]) -> None: ...
     def swap_in(self, pairs: list[tuple[int, int]]) -> None: ...
 
@@ -124,10 +129,16 @@ class ModelRunner:
         time.sleep(max(0.0, t - time.perf_counter()))
 
     @torch.inference_mode()
-    def execute(self, batch: FlatBatch) -> torch.Tensor:
+    def logits(self, batch: FlatBatch) -> torch.Tensor:
         """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
         hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])
+
+    def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int | None]:
+        """Run the model and sample each row by its own request's parameters and generator: a row whose
+        logits (or distribution) are not finite gets None, and its request fails alone."""
+        params, generators = zip(*sampling) if sampling else ((), ())
+        return sample(self.logits(batch), list(params), list(generators))
 
 
 def preemption_cost_for(config: EngineConfig, runner: Runner) -> PreemptionCost | None:
@@ -136,6 +147,9 @@ def preemption_cost_for(config: EngineConfig, runner: Runner) -> PreemptionCost 
     if config.preemption_mode != "auto" or config.preemption_cost is not None:
         return config.preemption_cost
     return simulated_preemption_cost(config.step_cost) if config.simulate else measure_preemption_cost(runner)
+
+
+GREEDY = SamplingParams(temperature=0.0)
 
 
 def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:
@@ -148,7 +162,7 @@ def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:
     prefill = []
     for n in lengths:
         batch = build_flat_batch([SequenceChunk([1] * n, 0, list(range(-(-n // bs))))], bs, runner.device)
-        prefill.append((n, _timed(lambda: runner.execute(batch), runner.device)))
+        prefill.append((n, _timed(lambda: runner.execute(batch, [(GREEDY, None)]), runner.device)))
     x = torch.tensor([[1.0, n, n * n] for n, _ in prefill], dtype=torch.float64)
     y = torch.tensor([[t] for _, t in prefill], dtype=torch.float64)
     a, b, c = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()

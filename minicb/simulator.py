@@ -23,7 +23,7 @@ from minicb.batch import FlatBatch
 from minicb.costs import CostModel, StepCost
 from minicb.model.config import read_model_config
 from minicb.model.loader import resolve_model_path
-from minicb.runner import load_tokenizer
+from minicb.runner import RowSampling, load_tokenizer
 
 
 class SimulatedRunner:
@@ -65,11 +65,11 @@ class SimulatedRunner:
             frm, to = (torch.tensor(x) for x in zip(*pairs))
             dst[to] = src[frm]
 
-    def execute(self, batch: FlatBatch) -> torch.Tensor:
-        """One-hot 'logits' for a stand-in next token: a hash of the token ids the sequence reads
-        back from the cache, in order, and of its length. With a correct cache that is a function
-        of the sequence's own tokens only, so a request's tokens never depend on its batch, just
-        like the real model's."""
+    def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int]:
+        """The stand-in next token of each sampling row: a hash of the token ids the sequence reads back
+        from the cache, in order, and of its length, never EOS. With a correct cache that is a function of
+        the sequence's own tokens only, so a request's tokens never depend on its batch, just like the real
+        model's. It ignores the sampling parameters: a simulated run is the same at any temperature."""
         attn = batch.attn
         self.now += self.cost(batch.num_tokens, int(attn.seq_lens.sum()))
         written = attn.slot_mapping >= 0
@@ -82,7 +82,4 @@ class SimulatedRunner:
         visible = pos[None, :] < seq_lens[:, None]
         # Position weights < 2**20 and ids < 2**17 keep the sum far inside int64 at any context length.
         digest = (torch.where(visible, read + 2, 0) * (pos * 40503 % 1048573 + 1)).sum(-1) + seq_lens * 17
-        pick = self._allowed[digest % len(self._allowed)]
-        logits = torch.zeros(len(pick), self.config.vocab_size)
-        logits[torch.arange(len(pick)), pick] = 1.0
-        return logits
+        return self._allowed[digest % len(self._allowed)].tolist()

@@ -159,11 +159,11 @@ class Trace:
         """Called every step right after scheduling, whether or not the step runs anything: preempted
         requests give up their seats now (so the step's admissions can take them), and the preemptions
         and swap-outs wait for the next recorded step. With the trace off there is nothing to keep."""
-        for req in out.preempted:
-            self.release(req.request_id)
+        for request_id in out.preempted:
+            self.release(request_id)
         if self.enabled:
-            self._pending_preempted += [r.request_id for r in out.preempted]
-            self._pending_swapped_out += [r.request_id for r in out.swapped_out]
+            self._pending_preempted += out.preempted
+            self._pending_swapped_out += out.swapped_out
 
     def record_step(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
                     context_tokens: int, usage: BlockUsage, waiting: int,
@@ -178,9 +178,9 @@ class Trace:
         seats: dict[int, tuple[str, str]] = {}
         for chunk in out.chunks:
             phase = PREFILL if chunk.prefill else DECODE
-            seats[self.seat_for(chunk.request.request_id)] = (chunk.request.request_id, phase)
-        for req in out.idle_seats:
-            seats[self.seat_for(req.request_id)] = (req.request_id, PAD if out.padding else IDLE)
+            seats[self.seat_for(chunk.request_id)] = (chunk.request_id, phase)
+        for request_id in out.idle_seats:
+            seats[self.seat_for(request_id)] = (request_id, PAD if out.padding else IDLE)
         for req in returned:
             self.release(req.request_id)
         prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
@@ -189,10 +189,10 @@ class Trace:
             num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
             decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
             blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
-            token_slots=usage.token_slots, tokens={c.request.request_id: c.num_new_tokens for c in out.chunks},
-            admitted=[r.request_id for r in out.admitted], finished=[r.request_id for r in returned],
+            token_slots=usage.token_slots, tokens={c.request_id: c.num_new_tokens for c in out.chunks},
+            admitted=list(out.admitted), finished=[r.request_id for r in returned],
             preempted=self._pending_preempted, swapped_out=self._pending_swapped_out,
-            swapped_in=[r.request_id for r in out.swapped_in], waiting=waiting,
+            swapped_in=list(out.swapped_in), waiting=waiting,
             cached_tokens=out.cached_tokens, kv_blocks=kv_blocks))
         self._pending_preempted, self._pending_swapped_out = [], []
 

@@ -124,7 +124,7 @@ def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True)
                 w = workload[i]
                 ids[engine.add_request(w.prompt, w.params, arrival_time=t0 + w.arrival_time)] = i
             if not engine.has_unfinished_requests() and pending:
-                engine.runner.advance_to(t0 + workload[pending[0]].arrival_time)
+                engine.idle_until(t0 + workload[pending[0]].arrival_time)
                 continue
             for out in engine.step():
                 if out.finished and out.request_id in ids:

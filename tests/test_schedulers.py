@@ -280,15 +280,15 @@ def test_max_queue_delay_rejects_requests_that_waited_too_long(tiny_checkpoint):
 
 def test_nan_logits_fail_one_request_and_the_others_finish(tiny_checkpoint):
     engine = make_engine(tiny_checkpoint, max_num_seqs=4)
-    execute = engine.runner.execute
+    logits_of = engine.runner.logits
 
     def poisoned(batch):
-        logits = execute(batch).clone()
+        logits = logits_of(batch).clone()
         rows = [i for i, pos in enumerate(batch.positions[batch.logits_indices].tolist()) if pos == 4]
         logits[rows] = float("nan")   # only "bad" ever feeds a token at position 4 (good's prompt is longer)
         return logits
 
-    engine.runner.execute = poisoned
+    engine.runner.logits = poisoned   # what execute samples from
     engine.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), "bad")
     engine.add_request([1, 2, 3, 4, 5, 6], SamplingParams(temperature=0.7, max_tokens=5, ignore_eos=True), "good")
     outputs = run_checked(engine)

@@ -254,7 +254,7 @@ def in_process_server(**engine_config):
     forward, tokenizing = Gate(), Gate()
     async_llm = AsyncLLM(None, device="cpu", **engine_config)
     execute, make_request = async_llm.engine.runner.execute, async_llm.engine.make_request
-    async_llm.engine.runner.execute = lambda batch: (forward.wait(), execute(batch))[1]
+    async_llm.engine.runner.execute = lambda batch, sampling: (forward.wait(), execute(batch, sampling))[1]
     async_llm.engine.make_request = lambda *args, **kw: (tokenizing.wait(), make_request(*args, **kw))[1]
     config = uvicorn.Config(build_app(async_llm, "bard", MAX_BODY), host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)

@@ -157,12 +157,11 @@ def stand_in(rid: str) -> SimpleNamespace:
 
 def scheduled(running: dict[str, int] | None = None, prefill: tuple[str, ...] = (),
               **events: list[str]) -> SchedulerOutput:
-    """A SchedulerOutput over stand-in requests: running maps request id -> tokens this step; events name
-    the requests of each list field (admitted, preempted, swapped_out, ...)."""
+    """A SchedulerOutput: running maps request id -> tokens this step; events give the request ids of each
+    list field (admitted, preempted, swapped_out, ...)."""
     running = running or {}
-    req = {rid: stand_in(rid) for rid in [*running, *(r for ids in events.values() for r in ids)]}
-    return SchedulerOutput(chunks=[ScheduledChunk(req[rid], n, rid in prefill) for rid, n in running.items()],
-                           **{name: [req[rid] for rid in ids] for name, ids in events.items()})
+    chunks = [ScheduledChunk(rid, (1,) * n, 0, (0,), samples=True, prefill=rid in prefill) for rid, n in running.items()]
+    return SchedulerOutput(chunks=chunks, **events)
 
 
 USAGE = BlockUsage(num_blocks=4, free_blocks=1, owned_blocks=3, reserved_slots=48, token_slots=40)

@@ -2,12 +2,13 @@
 
 Both schedulers (continuous.py, static.py) meet the Scheduler protocol, so the engine, the batch
 builder, the runner and the simulator never know which one is deciding. A scheduler owns the KV
-cache's block manager and is the only writer of a request's progress: its num_computed_tokens and
-its finished states change in update_from_output (and in preemption, abort and rejection).
+cache's block manager and is the only writer of a request's state: its status, its num_computed_tokens
+and its metrics change only in this package (update_from_output, preempt, start, abort, rejection), and
+tests/test_single_writer.py fails on any assignment to them anywhere else.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from minicb.block_manager import BlockManager, BlockUsage
 from minicb.request import Request
@@ -43,14 +44,21 @@ class Scheduler(Protocol):
     def schedule(self) -> SchedulerOutput:
         """This step's decision; allocates the KV slots it needs."""
 
-    def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
                            now: float) -> list[Request]:
-        """After the step: record its results; return the requests whose results go back now."""
+        """After the step: record its results (a next token, or None, by request id); return the requests
+        whose results go back now."""
 
     def has_unfinished(self) -> bool: ...
 
     @property
     def num_waiting(self) -> int: ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_swapped(self) -> int: ...
 
     def kv_usage(self) -> BlockUsage: ...
 
@@ -60,7 +68,7 @@ class Scheduler(Protocol):
 
 
 def build_scheduler(config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
-                    preemption_cost: PreemptionCost | None) -> Scheduler:
+                    clock: Callable[[], float], preemption_cost: PreemptionCost | None) -> Scheduler:
     if config.batching == "continuous":
-        return ContinuousScheduler(config, kv, parts, outputs, preemption_cost)
-    return StaticScheduler(config, kv, outputs)
+        return ContinuousScheduler(config, kv, parts, outputs, clock, preemption_cost)
+    return StaticScheduler(config, kv, outputs, clock)

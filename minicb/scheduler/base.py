@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import MutableSequence
+from collections.abc import Callable, Iterable, MutableSequence
 from typing import TYPE_CHECKING
 
 from minicb.block_manager import BlockManager, BlockUsage
@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 
 class SchedulerBase(ABC):
-    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor):
-        self.config, self.kv, self.outputs = config, kv, outputs
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor, clock: Callable[[], float]):
+        self.config, self.kv, self.outputs, self.clock = config, kv, outputs, clock
         self.waiting: deque[Request] = deque()
+        self.requests: dict[str, Request] = {}   # every request it holds, by id: queued, running or swapped
 
     def reserve_tokens(self, request: Request) -> int:
         """KV slots a request must reserve to start, beyond its prompt."""
@@ -37,7 +38,14 @@ class SchedulerBase(ABC):
         queue.append(request)
 
     def _enqueue(self, request: Request) -> None:
+        self.requests[request.request_id] = request
         self._place(self.waiting, request)
+
+    def _release(self, done: Iterable[Request], now: float) -> None:
+        """Finished requests leave the scheduler: their result goes back to the user now."""
+        for req in done:
+            req.metrics.finished_time = now   # when the user gets the result, which static batching delays
+            self.requests.pop(req.request_id, None)
 
     def _queue_with(self, request: Request) -> list[Request]:
         """The waiting queue, in order, as it would be with request added."""
@@ -53,12 +61,21 @@ class SchedulerBase(ABC):
     def num_waiting(self) -> int:
         return len(self.waiting)
 
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_swapped(self) -> int:
+        return 0   # static batching never swaps
+
     def add(self, request: Request) -> None:
         """Queue a request, or turn it away (REJECTED) when the queue is full. One that can never be served
         never gets here: the engine refuses it at make_request, with why_never_servable's reason."""
         reason = self.why_not_now(request)
         if reason:
             request.status, request.reason = RequestStatus.REJECTED, reason
+            self._release([request], self.clock())
         else:
             self._enqueue(request)
 
@@ -98,6 +115,7 @@ class SchedulerBase(ABC):
             self.waiting.remove(req)
             req.status = RequestStatus.REJECTED
             req.reason = f"not started within max_queue_delay_s={delay}; the server is overloaded"
+        self._release(stale, now)
         return stale
 
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
@@ -111,6 +129,7 @@ class SchedulerBase(ABC):
             return
         self._drop(request)
         request.status, request.reason = status, reason
+        self._release([request], self.clock())
 
     def kv_usage(self) -> BlockUsage:
         return self.kv.usage()

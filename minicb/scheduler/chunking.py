@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from minicb.request import Request
-
 if TYPE_CHECKING:
-    from minicb.scheduler.continuous import ContinuousScheduler, Step
+    from minicb.config import EngineConfig
 
 
-def chunk_size(sched: ContinuousScheduler, req: Request, step: Step) -> int:
-    """The tokens of req that run this step (0: none fit)."""
-    todo = sched.uncomputed(req)
-    if sched.config.enable_chunked_prefill:
-        cap = sched.config.long_prefill_token_threshold or todo
-        return max(0, min(todo, step.token_budget, cap))
+def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: EngineConfig) -> int:
+    """The tokens of a request that run this step (0: none fit), of its `uncomputed` ones."""
+    if config.enable_chunked_prefill:
+        cap = config.long_prefill_token_threshold or uncomputed
+        return max(0, min(uncomputed, budget, cap))
     # Whole or not at all; a request bigger than the budget (a preempted one that grew past it) may
     # fill an otherwise empty step, so that it cannot starve.
-    return todo if todo <= step.token_budget or step.is_empty else 0
+    return uncomputed if uncomputed <= budget or step_is_empty else 0

@@ -10,9 +10,9 @@ runs whichever version of each step it was given (EngineParts), in every configu
 
     schedule_running(sched, step, requests)   lesson 02: each running request gets its tokens
     admit_waiting(sched, step)                lesson 02: waiting requests start, first come first served
-    make_room(sched, step)                    lesson 06: preempt the least urgent running request
-    should_swap(sched, victim)                lesson 06: recompute or swap it
-    chunk_size(sched, req, step)              lesson 07: how many of a request's tokens run this step
+    choose_victim(running)                    lesson 06: which running request gives its KV blocks back
+    should_swap(victim, mode, cost)           lesson 06: recompute or swap it
+    chunk_size(uncomputed, budget, ...)       lesson 07: how many of a request's tokens run this step
 
 With enable_prefix_caching, two more parts name and find cached blocks (lesson 10):
 block_hashes (the chain hash of each full block) and longest_cached_prefix (how much of a prompt the
@@ -20,8 +20,10 @@ cache holds). The head of the queue looks its tokens up before admission asks ho
 to run, so a hit counts as computed, and only the rest is prefilled, charged to the token budget and
 given new blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
 
-The steps only decide. Bookkeeping goes through the scheduler (run, start), which checks each
-decision against the rules and says which one broke.
+The steps only decide. The scheduler keeps the books: it applies each decision through its own methods
+(run, start, preempt), checks it against the decision's contract, and says which rule a bad one broke.
+Lesson 06's and 07's decisions read snapshots (RequestView) and return an answer; nothing they hold can
+change a request. A request's status, its computed tokens and its metrics are written only in this package.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from minicb.block_manager import BlockManager
-from minicb.request import Request, RequestStatus, rank
+from minicb.request import Request, RequestStatus, RequestView, rank
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
 
@@ -43,12 +45,12 @@ if TYPE_CHECKING:
 
 
 class SchedulerSteps(Protocol):
-    """The five steps the skeleton calls (minicb.parts.EngineParts is one): minicb's own or a learner's."""
+    """The steps and decisions the skeleton calls (minicb.parts.EngineParts is one): minicb's own or a learner's."""
     schedule_running: Callable[[ContinuousScheduler, Step, list[Request]], None]
     admit_waiting: Callable[[ContinuousScheduler, Step], Request | None]
-    make_room: Callable[[ContinuousScheduler, Step], Request]
-    should_swap: Callable[[ContinuousScheduler, Request], bool]
-    chunk_size: Callable[[ContinuousScheduler, Request, Step], int]
+    choose_victim: Callable[[tuple[RequestView, ...]], str]
+    should_swap: Callable[[RequestView, str, PreemptionCost | None], bool]
+    chunk_size: Callable[[int, int, bool, EngineConfig], int]
     block_hashes: Callable[[list[int], int, bytes | None], list[bytes]]
     longest_cached_prefix: Callable[[list[bytes], dict[bytes, int]], int]
 
@@ -59,6 +61,7 @@ class Step:
     out: SchedulerOutput   # what it runs so far
     token_budget: int      # tokens still free: max_num_batched_tokens minus the tokens given so far
     keep_free: int = 0     # KV blocks admission must leave for decodes that prefill_first schedules later
+    now: float = 0.0       # when the step is decided: preemptions and re-admissions are timed from it
 
     @property
     def is_empty(self) -> bool:
@@ -99,8 +102,8 @@ class ContinuousScheduler(SchedulerBase):
     streams_tokens = True   # every new token goes back to its user at once
 
     def __init__(self, config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
-                 preemption_cost: PreemptionCost | None = None):
-        super().__init__(config, kv, outputs)
+                 clock: Callable[[], float], preemption_cost: PreemptionCost | None = None):
+        super().__init__(config, kv, outputs, clock)
         self.parts = parts
         self.preemption_cost = preemption_cost   # the "auto" mode's prices
         self.running: list[Request] = []
@@ -112,7 +115,7 @@ class ContinuousScheduler(SchedulerBase):
         """decode_first (default): running requests take the token budget first, new requests get
         what is left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then
         new ones) go first and decodes take what is left: new users see a first token sooner."""
-        step = Step(SchedulerOutput(), self.config.max_num_batched_tokens)
+        step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
         if self.config.schedule_priority == "prefill_first":
             decodes = [r for r in self.running if self.uncomputed(r) == 1]
             self.parts.schedule_running(self, step, [r for r in self.running if r not in decodes])
@@ -123,7 +126,10 @@ class ContinuousScheduler(SchedulerBase):
         else:
             self.parts.schedule_running(self, step, list(self.running))
             self._admit(step)
-        step.out.block_tables = {c.request.request_id: self.kv.tables[c.request.request_id] for c in step.out.chunks}
+        for chunk in step.out.chunks:
+            metrics = self.requests[chunk.request_id].metrics
+            if metrics.scheduled_time is None:
+                metrics.scheduled_time = step.now
         return step.out
 
     def _admit(self, step: Step) -> None:
@@ -152,9 +158,8 @@ class ContinuousScheduler(SchedulerBase):
                 break
             self.swapped.popleft()
             step.out.block_copies.append(BlockCopy(False, self.kv.swap_in(req.request_id)))
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            step.out.swapped_in.append(req)
+            self._resume(req, step)
+            step.out.swapped_in.append(req.request_id)
             self.parts.schedule_running(self, step, [req])
 
     def _waiting_goes_first(self, swapped: Request) -> bool:
@@ -164,21 +169,27 @@ class ContinuousScheduler(SchedulerBase):
             return False
         return rank(self.waiting[0]) < rank(swapped)
 
-    def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
                            now: float) -> list[Request]:
         """Orca's rule: a request leaves the batch in the step it finishes, not when the batch does."""
-        apply_step_results(out, sampled, self.outputs, now)
+        apply_step_results(out, self.requests, sampled, self.outputs, now)
         if self.config.enable_prefix_caching:
             for chunk in out.chunks:
-                if chunk.request.status is not RequestStatus.FINISHED_ERROR:   # its K/V may hold NaNs
-                    self._cache_computed_blocks(chunk.request)
+                req = self.requests[chunk.request_id]
+                if req.status is not RequestStatus.FINISHED_ERROR:   # its K/V may hold NaNs
+                    self._cache_computed_blocks(req)
         done = [r for r in self.running if r.status.finished]
         for req in done:
             self.running.remove(req)
             self.kv.free(req.request_id)
+        self._release(done, now)
         return done
 
     # --- what the steps call -------------------------------------------------------------------
+
+    @property
+    def num_swapped(self) -> int:
+        return len(self.swapped)
 
     @property
     def free_seats(self) -> int:
@@ -191,28 +202,77 @@ class ContinuousScheduler(SchedulerBase):
         return req.num_tokens - req.num_computed_tokens
 
     def chunk_size(self, req: Request, step: Step) -> int:
-        num_tokens = self.parts.chunk_size(self, req, step)
-        if not isinstance(num_tokens, int) or not 0 <= num_tokens <= self.uncomputed(req):
-            raise ValueError(f"chunk_size gave {num_tokens!r} tokens to {req.request_id!r}, which has "
-                             f"{self.uncomputed(req)} uncomputed: a chunk is 0 .. the uncomputed tokens")
+        """The tokens of req that run this step, as lesson 07's decision says (0: none)."""
+        todo = self.uncomputed(req)
+        num_tokens = self.parts.chunk_size(todo, step.token_budget, step.is_empty, self.config)
+        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 0 <= num_tokens <= todo:
+            raise ValueError(f"chunk_size gave {num_tokens!r} tokens to {req.request_id!r}, which has {todo} "
+                             "uncomputed: a chunk is an int from 0 to the uncomputed tokens")
         return num_tokens
 
     def make_room(self, step: Step) -> Request:
-        running_before = list(self.running)
-        victim = self.parts.make_room(self, step)
-        if victim not in running_before or victim in self.running or victim not in step.out.preempted:
-            raise ValueError(f"make_room returned {getattr(victim, 'request_id', victim)!r}: it must take one running "
-                             "request out of sched.running, add it to step.out.preempted, and return it")
-        if any(c.request is victim for c in step.out.chunks):
-            raise ValueError(f"make_room left {victim.request_id!r}'s chunk in the step: a victim computes nothing "
-                             "this step, and its tokens go back to step.token_budget")
-        if victim not in (self.swapped if victim.status is RequestStatus.SWAPPED else self.waiting):
-            raise ValueError(f"make_room lost {victim.request_id!r}: a swapped victim waits in sched.swapped, a "
-                             "recomputed one in sched.waiting")
+        """Preempt the running request that lesson 06's choose_victim picks, and return it."""
+        victim = self._victim(self.parts.choose_victim(tuple(RequestView.of(r) for r in self.running)))
+        self.preempt(victim, step)
         return victim
 
+    def _victim(self, chosen: object) -> Request:
+        """The running request choose_victim named, once its answer meets the contract."""
+        by_id = {r.request_id: r for r in self.running}
+        if not isinstance(chosen, str) or chosen not in by_id:
+            raise ValueError(f"choose_victim returned {chosen!r}: it must return the request_id of one of the running "
+                             f"requests it was given ({', '.join(map(repr, by_id))})")
+        victim, least_urgent = by_id[chosen], max(r.priority for r in self.running)
+        if victim.priority < least_urgent:
+            raise ValueError(f"choose_victim picked {chosen!r} (priority {victim.priority}) while a less urgent request "
+                             f"(priority {least_urgent}) runs: a victim never has a lower priority value than another "
+                             "running request")
+        if len(self.running) > 1 and victim is min(self.running, key=rank):
+            raise ValueError(f"choose_victim picked {chosen!r}, the first in serving order, while others run: the "
+                             "oldest of the most urgent requests must always make progress, or a run may never end")
+        return victim
+
+    def preempt(self, victim: Request, step: Step) -> None:
+        """The whole preemption: victim leaves the running requests and its tokens of this step go back to the
+        budget; then its KV is swapped out to the CPU (it waits in `swapped`) or freed (it waits to prefill
+        everything again), as should_swap decides when the swap pool has room for it."""
+        self.running.remove(victim)
+        step.out.preempted.append(victim.request_id)
+        for chunk in [c for c in step.out.chunks if c.request_id == victim.request_id]:
+            step.out.chunks.remove(chunk)
+            step.token_budget += chunk.num_new_tokens
+        self.kv.truncate(victim.request_id, victim.num_computed_tokens)   # the slots it took this step
+        victim.metrics.num_preemptions += 1
+        victim.metrics.last_preempted_at = step.now
+        if self.kv.can_swap_out(victim.request_id) and self.should_swap(victim):
+            step.out.block_copies.append(BlockCopy(to_cpu=True, pairs=self.kv.swap_out(victim.request_id)))
+            step.out.swapped_out.append(victim.request_id)
+            victim.status = RequestStatus.SWAPPED
+            bisect.insort(self.swapped, victim, key=rank)
+            return
+        self.kv.free(victim.request_id)
+        victim.num_computed_tokens = 0   # prompt and output so far are prefilled again
+        victim.status = RequestStatus.PREEMPTED
+        if self.config.scheduling_policy == "priority":
+            bisect.insort(self.waiting, victim, key=rank)
+        else:
+            self.waiting.appendleft(victim)   # it arrived before everyone waiting
+
     def should_swap(self, victim: Request) -> bool:
-        return bool(self.parts.should_swap(self, victim))
+        """Lesson 06's decision for a victim the swap pool has room for."""
+        swap = self.parts.should_swap(RequestView.of(victim), self.config.preemption_mode, self.preemption_cost)
+        if not isinstance(swap, bool):
+            raise ValueError(f"should_swap returned {swap!r} for {victim.request_id!r}: it must return True (swap) or "
+                             "False (recompute)")
+        return swap
+
+    def _resume(self, req: Request, step: Step) -> None:
+        """req runs again: a new one, or one back from a preemption, whose time evicted ends now."""
+        if req.metrics.last_preempted_at is not None:
+            req.metrics.preempted_time += step.now - req.metrics.last_preempted_at
+            req.metrics.last_preempted_at = None
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
 
     def run(self, req: Request, num_tokens: int, step: Step) -> None:
         """A running request computes num_tokens more tokens this step."""
@@ -233,9 +293,8 @@ class ContinuousScheduler(SchedulerBase):
         self._check_budget(req, num_tokens, step)
         self.kv.allocate(req.request_id, num_tokens)   # after its prefix hit's blocks, if it has one
         self.waiting.popleft()
-        req.status = RequestStatus.RUNNING
-        self.running.append(req)
-        step.out.admitted.append(req)
+        self._resume(req, step)
+        step.out.admitted.append(req.request_id)
         step.out.cached_tokens += req.num_computed_tokens
         if req.num_cached_tokens is None:
             req.num_cached_tokens = req.num_computed_tokens
@@ -282,7 +341,7 @@ class ContinuousScheduler(SchedulerBase):
                              "the step's max_num_batched_tokens (only a step that runs nothing else may overflow)")
 
     def _add_chunk(self, req: Request, num_tokens: int, step: Step, prefill: bool) -> None:
-        step.out.chunks.append(ScheduledChunk(req, num_tokens, prefill))
+        step.out.chunks.append(ScheduledChunk.of(req, num_tokens, self.kv.tables[req.request_id], prefill))
         step.token_budget -= num_tokens
 
     # --- the queue -----------------------------------------------------------------------------
@@ -312,6 +371,7 @@ class ContinuousScheduler(SchedulerBase):
         return started
 
     def _drop(self, request: Request) -> None:
+        self.requests.pop(request.request_id, None)
         for queue in (self.running, self.swapped):
             if request in queue:
                 queue.remove(request)

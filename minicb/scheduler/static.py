@@ -10,7 +10,7 @@ and a finished row keeps computing a throwaway token every step. The waste is th
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 class StaticScheduler(SchedulerBase):
     streams_tokens = False   # results go back only when the whole batch is done
 
-    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor):
-        super().__init__(config, kv, outputs)
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor, clock: Callable[[], float]):
+        super().__init__(config, kv, outputs, clock)
         self.pad_to_longest = config.batching == "padded"
         self.batch: list[Request] = []
         self._longest_prompt = 0   # of the current batch
@@ -46,6 +46,7 @@ class StaticScheduler(SchedulerBase):
 
     def _drop(self, request: Request) -> None:
         """An aborted member leaves the batch and frees its blocks now; a waiting one leaves the queue."""
+        self.requests.pop(request.request_id, None)
         if request in self.batch:
             self.batch.remove(request)
             self.kv.free(request.request_id)
@@ -63,36 +64,41 @@ class StaticScheduler(SchedulerBase):
         return [r for r in self.batch if not r.status.finished]
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out, now = SchedulerOutput(), self.clock()
         if not self.batch:
             self._form_batch(out)
         for req in self.batch:
+            rid = req.request_id
             if req.status.finished:
-                out.idle_seats.append(req)
+                out.idle_seats.append(rid)
                 if self.pad_to_longest:
                     # The row's context in a dense tensor: the longest prompt plus every step so far.
                     context = min(self._longest_prompt + self._batch_steps, self._dense_width)
-                    out.padding.append(PaddingChunk(req, context - 1, 1))
-            elif req in out.admitted:
-                out.chunks.append(ScheduledChunk(req, req.num_tokens, prefill=True))
+                    out.padding.append(PaddingChunk(rid, context - 1, 1, tuple(self.kv.tables[rid])))
+                continue
+            if rid in out.admitted:
+                out.chunks.append(ScheduledChunk.of(req, req.num_tokens, self.kv.tables[rid], prefill=True))
                 if self.pad_to_longest and req.num_tokens < self._longest_prompt:
-                    out.padding.append(PaddingChunk(req, req.num_tokens, self._longest_prompt - req.num_tokens))
+                    out.padding.append(PaddingChunk(rid, req.num_tokens, self._longest_prompt - req.num_tokens,
+                                                    tuple(self.kv.tables[rid])))
             else:
-                self.kv.append_slots(req.request_id)
-                out.chunks.append(ScheduledChunk(req, 1))
+                self.kv.append_slots(rid)
+                out.chunks.append(ScheduledChunk.of(req, 1, self.kv.tables[rid], prefill=False))
+            if req.metrics.scheduled_time is None:
+                req.metrics.scheduled_time = now
         self._batch_steps += 1
-        out.block_tables = {r.request_id: self.kv.tables[r.request_id] for r in self.batch}
         return out
 
-    def update_from_output(self, out: SchedulerOutput, sampled: dict[Request, int | None],
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
                            now: float) -> list[Request]:
         """Nothing comes back until every member is done; then the whole batch does."""
-        apply_step_results(out, sampled, self.outputs, now)
+        apply_step_results(out, self.requests, sampled, self.outputs, now)
         if not all(r.status.finished for r in self.batch):
             return []
         done, self.batch = self.batch, []
         for req in done:
             self.kv.free(req.request_id)
+        self._release(done, now)
         return done
 
     def startable_next_step(self, queue: list[Request]) -> int:
@@ -116,7 +122,7 @@ class StaticScheduler(SchedulerBase):
             self.waiting.popleft()
             self.kv.allocate(req.request_id, req.num_tokens, reserve_tokens=self.reserve_tokens(req, members))
             req.status = RequestStatus.RUNNING
-        self.batch, out.admitted = members, list(members)
+        self.batch, out.admitted = members, [r.request_id for r in members]
         self._longest_prompt = max((r.num_tokens for r in members), default=0)
         self._dense_width = max((self.reserve_tokens(r, members) for r in members), default=0)
         self._batch_steps = 0

@@ -115,7 +115,7 @@ def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[i
                                                  reason=str(err))
             k += 1
         if not engine.has_unfinished_requests() and k < len(requests):
-            engine.runner.advance_to(requests[k].arrival_time)   # idle until the next arrival
+            engine.idle_until(requests[k].arrival_time)   # idle until the next arrival
             continue
         results.update((o.request_id, o) for o in engine.step() if o.finished)
     return [results[i] for i in ids]
@@ -402,7 +402,7 @@ class Playground:
         }
         self.pin_button = w.Button(description="pin this run", tooltip="keep its figures next to the next runs'")
         self.unpin_button = w.Button(description="unpin", disabled=True)
-        self.status = w.HTML()
+        self.progress_note = w.HTML()
         self.view = w.HTML()
         self.current: PlaygroundResult | None = None
         self.pinned: PlaygroundResult | None = None
@@ -421,7 +421,7 @@ class Playground:
                          c["chunked_prefill"], c["chunk_tokens"], c["schedule_priority"], c["scheduling_policy"],
                          c["urgent_fraction"], w.HTML("<b>admission</b>"), c["max_waiting"], c["max_queue_delay_s"]])
         self.widget = w.VBox([self.preset, w.HBox([workload, engine]),
-                              w.HBox([self.pin_button, self.unpin_button, self.status]), self.view])
+                              w.HBox([self.pin_button, self.unpin_button, self.progress_note]), self.view])
         self.widget.add_class("minicb-playground-widget")
         self.run()
 
@@ -434,14 +434,14 @@ class Playground:
         # Knobs that do nothing under the other knobs' values are greyed out, not hidden.
         self.controls["urgent_fraction"].disabled = self.controls["scheduling_policy"].value != "priority"
         self.controls["chunk_tokens"].disabled = not self.controls["chunked_prefill"].value
-        self.status.value = "simulating…"
+        self.progress_note.value = "simulating…"
         try:
             self.current = playground_run(self.settings, self.presets[self.preset.value], self.parts)
         except ValueError as e:   # EngineConfig's checks say what to change
-            self.status.value = ""
+            self.progress_note.value = ""
             self.view.value = f'<div class="minicb-playground-error" style="color:{WORSE}">{html.escape(str(e))}</div>'
             return None
-        self.status.value = ""   # the figures say how long the run took
+        self.progress_note.value = ""   # the figures say how long the run took
         self.view.value = render_result(self.current, self.pinned)
         return self.current
 

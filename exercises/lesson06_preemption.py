@@ -1,57 +1,67 @@
-"""Lesson 06: preemption. When a running request needs a KV block and none is free, the least
-urgent running request gives its blocks back: recompute drops them (it prefills again later), swap
-copies them to CPU memory (and back later).
+"""Lesson 06: preemption. When a running request needs a KV block and none is free, a running request
+gives its blocks back: recompute drops them (it prefills again later), swap copies them to CPU memory
+(and back later). You make the two decisions; the scheduler does the preemption itself
+(ContinuousScheduler.preempt: the queues, the blocks, the copies, the budget, the request's state).
 
-Task 1  make_room     pytest tests/exercises -k lesson06_task1
-Task 2  should_swap   pytest tests/exercises -k lesson06_task2
+Task 1  choose_victim   pytest tests/exercises -k lesson06_task1
+Task 2  should_swap     pytest tests/exercises -k lesson06_task2
 
-The scheduler calls make_room from schedule_running (lesson 02) whenever the pool is full, and
-make_room calls sched.should_swap(victim), which runs your should_swap. minicb's own are in
-minicb/scheduler/preemption.py; `course.llm(lesson=6)` plugs yours in.
+minicb's own are in minicb/scheduler/preemption.py; `course.llm(lesson=6)` plugs yours in, and the engine
+runs them in every configuration. A decision that breaks its contract stops the step with a ValueError
+that names the rule.
 """
 from __future__ import annotations
 
-from minicb.request import Request, RequestStatus  # noqa: F401  (RequestStatus: the states you set)
-from minicb.scheduler.continuous import ContinuousScheduler, Step
-from minicb.scheduler.output import BlockCopy  # noqa: F401  (BlockCopy: the swap-out you hand the engine)
+from minicb.costs import PreemptionCost
+from minicb.request import RequestView
 
 
-def make_room(sched: ContinuousScheduler, step: Step) -> Request:
-    """Preempt the least urgent running request to free its KV blocks, and return it.
+def choose_victim(running: tuple[RequestView, ...]) -> str:
+    """Which running request gives its KV blocks back when the pool is full.
 
-    Rules (each is checked by a test):
-    1. The victim is the least urgent request in sched.running: the largest `priority`; among equals
-       the latest `metrics.arrival_time`; among equals the largest `arrival_index`. The oldest
-       request is then never evicted by a younger one of equal priority, so it always progresses.
-    2. It leaves sched.running and is appended to step.out.preempted.
-    3. If it already has a chunk in step.out.chunks, the chunk goes and its num_new_tokens go back
-       to step.token_budget; sched.kv.truncate(victim.request_id, victim.num_computed_tokens) gives
-       back the slots that chunk took.
-    4. Swap when sched.should_swap(victim) says so: pairs = sched.kv.swap_out(victim.request_id);
-       append BlockCopy(to_cpu=True, pairs=pairs) to step.out.block_copies and the victim to
-       step.out.swapped_out; status RequestStatus.SWAPPED; insert it into sched.swapped in serving
-       order (the order of rule 1, most urgent first: bisect.insort with key=minicb.request.rank).
-    5. Otherwise recompute: sched.kv.free(victim.request_id); victim.num_computed_tokens = 0 (its
-       prompt and output so far are prefilled again); status RequestStatus.PREEMPTED; it waits again
-       at the head of sched.waiting (it arrived before everyone there) under scheduling_policy
-       "fcfs", or in serving order under "priority" (sched.config.scheduling_policy).
+    It may read: the views in `running` (at least one), each with request_id, priority (lower is more
+    urgent), arrival_time, arrival_index (arrival order at the engine), num_prompt_tokens,
+    num_output_tokens, num_computed_tokens, max_tokens, and .rank, the serving order: (priority,
+    arrival_time, arrival_index), smallest first.
+
+    The contract (the scheduler checks each rule every time it asks, and the tests on random cases):
+    - it returns the request_id of one of `running`;
+    - the victim is never more urgent than another running request: no running request has a larger
+      priority value than the victim's;
+    - while more than one request runs, the victim is never the first in serving order: that one must
+      always make progress, or a run under memory pressure might never end;
+    - it depends on the views alone: the same views, in any order, give the same victim.
+    Within the contract the choice is yours, and it matters: a victim loses the work it computed (or pays
+    for copies), and waits again.
     """
-    raise NotImplementedError("Lesson 06, task 1: make_room: preempt the least urgent running request. "
+    raise NotImplementedError("Lesson 06, task 1: choose_victim: which running request gives its KV blocks back. "
                               "Check it with: pytest tests/exercises -k lesson06_task1")
 
 
-def should_swap(sched: ContinuousScheduler, victim: Request) -> bool:
-    """True to swap the victim's KV out to the CPU, False to recompute it later.
+def should_swap(victim: RequestView, mode: str, cost: PreemptionCost | None) -> bool:
+    """Whether the victim's KV goes to the CPU swap pool (True) or is dropped and recomputed later (False).
+    The scheduler asks only when the swap pool has room for the victim.
 
-    Rules (each is checked by a test), by sched.config.preemption_mode:
-    - "recompute": never swap;
-    - whatever the mode, never swap when the swap pool cannot hold the victim's blocks
-      (sched.kv.can_swap_out(victim.request_id) is False): recompute instead;
-    - "swap": swap;
-    - "auto": swap when it is cheaper for the victim's t = victim.num_computed_tokens tokens of
-      context, from the cost model sched.preemption_cost:
-      recompute = recompute_fixed + recompute_per_token * t + recompute_per_token_sq * t^2,
-      swap = swap_fixed + swap_per_token * t (seconds); swap only when strictly cheaper.
+    It may read: the victim's view (its num_computed_tokens are what a swap copies out and back, or what a
+    recompute prefills again); mode, the engine's preemption_mode: "recompute", "swap" or "auto"; cost, the
+    engine's PreemptionCost (minicb/costs.py: recompute_s(tokens) and swap_s(tokens), in seconds), given
+    whenever mode is "auto".
+
+    The contract: "recompute" never swaps and "swap" always does; "auto" swaps exactly when swapping this
+    victim's computed tokens costs strictly less than recomputing them. It returns a bool.
     """
     raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. "
                               "Check it with: pytest tests/exercises -k lesson06_task2")
+
+
+def choose_victim_for_latency(running: tuple[RequestView, ...]) -> str:
+    """A victim policy of your design that lowers the average wait under memory pressure.
+
+    It has choose_victim's contract (the engine checks it at every preemption) and reads the same views.
+    It is judged on minicb.victims' workload, a burst of 200 requests on a pool far too small for them,
+    against minicb's own latest-first choice: over seeds you have not seen, the mean end-to-end latency it
+    gives must be at most 95% of minicb's (minicb.victims.TARGET). Try yours on the practice seeds with
+    minicb.victims.compare_victim_policies(choose_victim_for_latency), and look at what it does to p99.
+    """
+    raise NotImplementedError("Lesson 06, task 3: choose_victim_for_latency: a victim policy that lowers the mean "
+                              "latency. Check it with: pytest tests/exercises -k lesson06_task3")

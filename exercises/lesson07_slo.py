@@ -11,21 +11,25 @@ slo_config: `minicb.slo.grade_slo(slo_config())`.
 """
 from __future__ import annotations
 
-from minicb.request import Request
-from minicb.scheduler.continuous import ContinuousScheduler, Step
+from minicb.config import EngineConfig
 
 
-def chunk_size(sched: ContinuousScheduler, req: Request, step: Step) -> int:
-    """How many of req's uncomputed tokens run this step (0: none).
+def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: EngineConfig) -> int:
+    """How many of a request's uncomputed tokens run this step (0: none). The scheduler asks for every
+    request it gives tokens to, running or starting, in the order it fills the step.
 
-    Rules (each is checked by a test). Let todo = sched.uncomputed(req) (1 for a decode; the prompt,
-    or the rest of it, for a prefill), budget = step.token_budget (what is left of the step's
-    max_num_batched_tokens), c = sched.config:
-    1. With c.enable_chunked_prefill: as many as fit, min(todo, budget), and at most
-       c.long_prefill_token_threshold when that is not 0; never below 0.
-    2. Without it, a request runs whole or not at all: todo if todo <= budget, else 0 ...
-    3. ... except in a step that runs nothing yet (step.is_empty): then todo even past the budget, so
-       that a request bigger than the budget (a preempted one that grew past it) cannot starve.
+    It may read: uncomputed, the request's tokens not yet in the cache (1 for a decode; a prompt, the rest
+    of one, or a preempted request's whole context for a prefill); budget, what is left of the step's
+    max_num_batched_tokens; step_is_empty, whether the step runs nothing yet; config.enable_chunked_prefill
+    and config.long_prefill_token_threshold (0: no cap).
+
+    The contract:
+    - the answer is an int from 0 to uncomputed;
+    - without chunked prefill a request runs whole or not at all, within the budget, except that a step
+      running nothing yet takes a request whole even past the budget: a preempted request that grew
+      bigger than the budget could otherwise never run again;
+    - with chunked prefill a chunk never exceeds the budget, nor the threshold when there is one, and it
+      is as large as both allow: a smaller piece wastes a step's room and delays the first token.
     """
     raise NotImplementedError("Lesson 07, task 1: chunk_size: how many of a request's tokens run this step. "
                               "Check it with: pytest tests/exercises -k lesson07_task1")

@@ -86,8 +86,9 @@ TASKS = [
          also=("PagedAllocator.can_append",)),
     Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back, on the device or in the swap pool"),
     Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
-    Task(6, 1, "lesson06_preemption", "make_room", "preempt the least urgent running request"),
+    Task(6, 1, "lesson06_preemption", "choose_victim", "which running request gives its KV blocks back"),
     Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
+    Task(6, 3, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean latency"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
     Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),
@@ -97,9 +98,10 @@ TASKS = [
 ]
 
 # The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks are
-# the methods of one class, which fills the `allocator` field. Lesson 07's slo_config, lesson 08's capstone
-# and lesson 09's stream_metrics (the benchmark client's, not the engine's) are graded on their own.
-FUNCTION_PARTS = ("schedule_running", "admit_waiting", "build_flat_batch", "paged_decode_attention", "make_room",
+# the methods of one class, which fills the `allocator` field. Lesson 06's choose_victim_for_latency, lesson
+# 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the benchmark client's, not the
+# engine's) are graded on their own.
+FUNCTION_PARTS = ("schedule_running", "admit_waiting", "build_flat_batch", "paged_decode_attention", "choose_victim",
                   "should_swap", "chunk_size", "block_hashes", "longest_cached_prefix")
 ALLOCATOR_LESSON, ALLOCATOR_MODULE, ALLOCATOR_CLASS = 4, "lesson04_paged_kv", "PagedAllocator"
 

@@ -216,7 +216,7 @@ class PagedAllocator:
         raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back.")
 ''',
     "lesson06_preemption": '''
-def make_room(x):
+def choose_victim(x):
     return ("mine", x)
 
 
@@ -297,7 +297,7 @@ def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
     course.parts("solutions", lesson=6)   # the reference is nobody's work to report on
     assert capsys.readouterr().out == ""
     course.parts("exercises", lesson=6)
-    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: make_room (yours), "
+    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), "
                                        "should_swap (yours)\n")
     parts = course.parts("exercises", lesson=10)
     assert capsys.readouterr().out == (
@@ -388,7 +388,7 @@ FAKE_CHECKOUT = {
     "exercises/__init__.py": "",
     "exercises/lesson02_continuous.py": FAKE_LESSONS["lesson02_continuous"],
     "exercises/lesson03_selective.py": FAKE_LESSONS["lesson03_selective"],
-    "exercises/lesson06_preemption.py": "def make_room(x:\n",
+    "exercises/lesson06_preemption.py": "def choose_victim(x:\n",
     "exercises/lesson07_slo.py": '''
 def chunk_size(x):
     return x

@@ -61,3 +61,21 @@ def run_both(parts: EngineParts, workload: list[tuple[int, int, int]], **config)
 def decisions(engine: LLMEngine, what: str) -> list[list[str]]:
     """Per step, the request ids the trace lists under `what` (admitted, preempted, ...)."""
     return [getattr(s, what) for s in engine.trace.steps]
+
+
+def answer(rule: str, fn, *args):
+    """The graded function's answer; an error it raises becomes an AssertionError that names the rule, so
+    that hypothesis shrinks the case to the smallest one that breaks it. A stub's NotImplementedError passes
+    through: it says which task it is."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as error:   # noqa: BLE001 - any error is the learner's to see, with the rule
+        raise AssertionError(f"{rule} (your code raised {type(error).__name__}: {error})") from error
+
+
+def described(views) -> str:
+    """Request views in words, for a failure message."""
+    return "; ".join(f"{v.request_id} (priority {v.priority}, arrived at {v.arrival_time:g} as #{v.arrival_index}, "
+                     f"{v.num_computed_tokens} of {v.num_tokens} tokens computed)" for v in views)

@@ -1,57 +1,56 @@
 """Lesson 07's tasks, graded on the implementation MINICB_IMPL picks (make test: the solutions)."""
 from __future__ import annotations
 
-import pytest
-from grading import ids, obeying, run_both, simulated_engine
+from grading import answer, run_both
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minicb import course
 from minicb.config import EngineConfig
 from minicb.parts import EngineParts
-from minicb.scheduler.continuous import Step
-from minicb.scheduler.output import ScheduledChunk, SchedulerOutput
 from minicb.slo import SloTarget, grade_slo
 
 mine = course.lesson("lesson07_slo")
 
 
-def size(todo: int, budget: int, chunked: bool, threshold: int = 0, empty: bool = False) -> int:
-    """chunk_size for a request with `todo` uncomputed tokens, `budget` tokens left in the step."""
-    engine = simulated_engine(enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
-    req = engine.make_request(ids(todo))
-    step = Step(SchedulerOutput(), budget)
-    if not empty:   # something else already runs in this step
-        step.out.chunks.append(ScheduledChunk(engine.make_request(ids(2)), 1))
-    return obeying("chunk_size reads sched.uncomputed(req), step.token_budget, step.is_empty and sched.config",
-                   mine.chunk_size, engine.scheduler, req, step)
+def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, chunked: bool, threshold: int) -> None:
+    """chunk_size's contract on one case, each rule by name."""
+    config = EngineConfig(enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
+    n = answer("chunk_size reads uncomputed, budget, step_is_empty and config", decide, uncomputed, budget,
+               step_is_empty, config)
+    case = (f"{uncomputed} uncomputed tokens, {budget} left of the step's budget, a step that "
+            f"{'runs nothing yet' if step_is_empty else 'already runs something'}, enable_chunked_prefill={chunked}, "
+            f"long_prefill_token_threshold={threshold}")
+    assert isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= uncomputed, (
+        f"rule: the answer is an int from 0 to uncomputed; it was {n!r}. Case: {case}")
+    if not chunked:
+        assert n in (0, uncomputed), f"rule: without chunked prefill a request runs whole or not at all; {n}. Case: {case}"
+        if uncomputed <= budget:
+            assert n == uncomputed, f"rule: without chunked prefill a request that fits the budget runs whole. Case: {case}"
+        elif step_is_empty:
+            assert n == uncomputed, (f"rule: a step running nothing yet takes a request whole even past the budget, "
+                                     f"or a preempted request bigger than the budget never runs again. Case: {case}")
+        else:
+            assert n == 0, f"rule: without chunked prefill a request runs within the budget; it got {n}. Case: {case}"
+        return
+    assert n <= max(budget, 0), f"rule: with chunked prefill a chunk never exceeds the budget; it got {n}. Case: {case}"
+    assert not threshold or n <= threshold, (
+        f"rule: with chunked prefill a chunk never exceeds long_prefill_token_threshold; it got {n}. Case: {case}")
+    largest = min(uncomputed, max(budget, 0), threshold or uncomputed)
+    assert n == largest, (f"rule: with chunked prefill a chunk is as large as the budget and the threshold allow "
+                          f"({largest}); it got {n}. Case: {case}")
 
 
-@pytest.mark.parametrize("todo,budget,want", [(1, 5, 1), (1, 0, 0), (40, 100, 40), (40, 40, 40), (40, 39, 0)])
-def test_lesson07_task1_without_chunking_a_request_runs_whole_or_waits(todo, budget, want):
-    assert size(todo, budget, chunked=False) == want, (
-        f"rule 2: without chunked prefill, {todo} uncomputed tokens with {budget} left run whole (todo <= budget) "
-        "or not at all (0)")
+def chunk_size_contract(decide):
+    @settings(max_examples=300, report_multiple_bugs=False)
+    @given(uncomputed=st.integers(1, 300), budget=st.integers(-4, 300), step_is_empty=st.booleans(),
+           chunked=st.booleans(), threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
+    def contract(uncomputed, budget, step_is_empty, chunked, threshold):
+        check_chunk_size(decide(), uncomputed, budget, step_is_empty, chunked, threshold)
+    return contract
 
 
-def test_lesson07_task1_an_empty_step_takes_a_request_past_the_budget():
-    assert size(40, 16, chunked=False, empty=True) == 40, (
-        "rule 3: in a step that runs nothing yet, a request larger than the budget runs whole, so it cannot starve")
-    assert size(40, 16, chunked=False, empty=False) == 0, "rule 3: only an empty step may overflow the budget"
-
-
-@pytest.mark.parametrize("todo,budget,threshold,want", [
-    (40, 100, 0, 40),    # all of it fits
-    (40, 16, 0, 16),     # as much as the budget leaves
-    (40, 100, 8, 8),     # at most the threshold
-    (5, 100, 8, 5),      # the rest of a prompt, under the threshold
-    (40, 0, 8, 0),       # nothing left this step
-    (1, 3, 2, 1),        # a decode
-])
-def test_lesson07_task1_chunked_prefill_takes_what_fits(todo, budget, threshold, want):
-    assert size(todo, budget, chunked=True, threshold=threshold) == want, (
-        f"rule 1: with chunked prefill, {todo} uncomputed tokens, {budget} left in the step and "
-        f"long_prefill_token_threshold={threshold} (0: no cap) give min(todo, budget, threshold)")
-    assert size(todo, budget, chunked=True, threshold=threshold, empty=True) == want, (
-        "rule 1: with chunked prefill even an empty step stays within the budget: chunks never overflow it")
+test_lesson07_task1_the_contract_on_random_cases = chunk_size_contract(lambda: mine.chunk_size)
 
 
 def test_lesson07_task1_the_engine_chunks_with_yours():

@@ -1,0 +1,62 @@
+"""Lesson 06's design task: a victim policy judged by the latency it gives a bursty workload when the KV
+pool is short, against minicb's own (the latest arrival gives way).
+
+Any policy within choose_victim's contract keeps every request correct and finishing; what differs is who
+waits. The graded workload draws its output lengths in advance (ignore_eos), so max_tokens is each request's
+true length here. A real server knows only the bound a client asked for, so a policy that reads it is judged
+on ground more certain than production gives it.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from minicb.engine import LLMEngine, PoolTooSmallWarning
+from minicb.metrics import percentile
+from minicb.parts import EngineParts
+from minicb.request import RequestView
+from minicb.workload import make_workload, run_workload
+
+# A pool of 40 blocks of 16 for 32 seats and a burst of 80 requests per second: hundreds of preemptions per run.
+PRESSURE = dict(device="cpu", simulate=True, max_num_seqs=32, num_blocks=40, block_size=16, trace_max_steps=0)
+PRACTICE_SEEDS = (0, 1)
+TARGET = 0.95   # a policy passes when its mean end-to-end latency is at most this share of minicb's
+
+
+@dataclass(frozen=True)
+class VictimReport:
+    """One policy on one workload: end-to-end latencies (s) and preemptions."""
+    mean_e2e_s: float
+    p99_e2e_s: float
+    preemptions: int
+
+    def __str__(self) -> str:
+        return f"mean e2e {self.mean_e2e_s:.3f} s, p99 e2e {self.p99_e2e_s:.3f} s, {self.preemptions} preemptions"
+
+
+def victim_workload(seed: int, n: int = 200):
+    """n Bard requests arriving at 80 per second, heavy-tailed output lengths up to 400 tokens."""
+    return make_workload(n, lengths="heavy", rate=80.0, seed=seed, max_tokens=400)
+
+
+def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int,
+                      parts: EngineParts | None = None) -> VictimReport:
+    """The workload of `seed` on the simulator, under memory pressure, with this victim policy (None: minicb's)
+    and, for every other part, `parts` (None: minicb's own)."""
+    parts = parts or EngineParts()
+    if choose_victim is not None:
+        parts = replace(parts, choose_victim=choose_victim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PoolTooSmallWarning)   # the short pool is the point
+        engine = LLMEngine(parts=parts, **PRESSURE)
+    outputs = run_workload(engine, victim_workload(seed), progress=False)
+    e2e = [o.metrics.e2e_latency for o in outputs]
+    return VictimReport(sum(e2e) / len(e2e), percentile(e2e, 99), engine.num_preemptions)
+
+
+def compare_victim_policies(choose_victim: Callable[[tuple[RequestView, ...]], str],
+                            seeds: tuple[int, ...] = PRACTICE_SEEDS) -> tuple[float, list[tuple[VictimReport, VictimReport]]]:
+    """(your mean e2e latency over the seeds as a share of minicb's, and (yours, minicb's) per seed)."""
+    pairs = [(run_victim_policy(choose_victim, s), run_victim_policy(None, s)) for s in seeds]
+    return sum(y.mean_e2e_s for y, _ in pairs) / sum(m.mean_e2e_s for _, m in pairs), pairs

@@ -1,0 +1,53 @@
+"""Lesson 07's grader catches plausible mistakes: each wrong chunk_size below must fail the rule it breaks."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_lesson07_slo import chunk_size_contract
+
+from minicb.scheduler.chunking import chunk_size
+
+
+def no_exception_for_an_empty_step(uncomputed, budget, step_is_empty, config):
+    return chunk_size(uncomputed, budget, False, config)
+
+
+def ignores_the_threshold(uncomputed, budget, step_is_empty, config):
+    return chunk_size(uncomputed, budget, step_is_empty, replace(config, long_prefill_token_threshold=0))
+
+
+def overflows_with_chunking_too(uncomputed, budget, step_is_empty, config):
+    if step_is_empty:
+        return uncomputed
+    return chunk_size(uncomputed, budget, step_is_empty, config)
+
+
+def negative_when_the_budget_is_spent(uncomputed, budget, step_is_empty, config):
+    if config.enable_chunked_prefill:
+        return min(uncomputed, budget, config.long_prefill_token_threshold or uncomputed)
+    return chunk_size(uncomputed, budget, step_is_empty, config)
+
+
+def half_a_budget_to_be_safe(uncomputed, budget, step_is_empty, config):
+    if config.enable_chunked_prefill:
+        return min(chunk_size(uncomputed, budget, step_is_empty, config), max(1, budget // 2))
+    return chunk_size(uncomputed, budget, step_is_empty, config)
+
+
+@pytest.mark.parametrize("wrong,rule", [
+    (no_exception_for_an_empty_step, "a step running nothing yet takes a request whole"),
+    (ignores_the_threshold, "never exceeds long_prefill_token_threshold"),
+    (overflows_with_chunking_too, "never exceeds the budget"),
+    (negative_when_the_budget_is_spent, "an int from 0 to uncomputed"),
+    (half_a_budget_to_be_safe, "as large as the budget and the threshold allow|never exceeds the budget"),
+    (lambda uncomputed, budget, step_is_empty, config: float(chunk_size(uncomputed, budget, step_is_empty, config)),
+     "an int"),
+])
+def test_a_wrong_chunk_size_fails_its_contract(wrong, rule):
+    with pytest.raises(AssertionError, match=rule):
+        chunk_size_contract(lambda: wrong)()
+
+
+def test_the_reference_passes():
+    chunk_size_contract(lambda: chunk_size)()

@@ -12,24 +12,27 @@ from minicb.client_metrics import StreamMetrics
 
 
 def stream_metrics(send_time: float, chunks: list[tuple[float, int]]) -> StreamMetrics:
-    """One streamed request's latencies, in seconds: StreamMetrics(ttft, itl, tpot, e2e, output_tokens).
-    send_time: when the client sent the request; chunks: (arrival time, tokens it carries) for each chunk
-    of its stream, in arrival order, on the same clock.
+    """One streamed request's latencies, in seconds, as the user who sent it saw them: what the benchmark
+    client reports per request, and what a serving SLO is written in.
 
-    Rules (each is checked by a test):
-    1. Only chunks carrying at least one token count: a chunk with 0 tokens (a role-only, usage-only or
-       keep-alive chunk) is neither a first token, nor a gap, nor an end. output_tokens = their sum.
-    2. ttft = the first token-carrying chunk's time - send_time (the queue and the network included).
-    3. e2e = the last token-carrying chunk's time - send_time.
-    4. itl: one per output token after the first. A token-carrying chunk arriving `gap` after the
-       previous token-carrying chunk and carrying k tokens (a server may coalesce tokens into one
-       chunk) adds k ITLs of gap / k; the first token-carrying chunk's k - 1 other tokens arrived along
-       with the first token: k - 1 ITLs of 0. So sum(itl) = e2e - ttft, and len(itl) = output_tokens - 1.
-    5. tpot = (e2e - ttft) / (output_tokens - 1); None when output_tokens is 1.
-    6. A stream with no token at all (a rejected or failed request): StreamMetrics(ttft=None, itl=[],
-       tpot=None, e2e=None, output_tokens=0), never an error.
-    7. A chunk time before send_time or before the previous chunk's time raises ValueError, whose
-       message says to stamp the send and every chunk with one monotonic clock (time.perf_counter()).
+    It may read: send_time, when the client sent the request, and chunks, (arrival time, number of tokens
+    it carries) for each chunk of the stream in arrival order, on send_time's clock. A chunk may carry
+    no token (a role-only, usage-only or keep-alive chunk) or several (a server may coalesce tokens).
+
+    The contract its StreamMetrics(ttft, itl, tpot, e2e, output_tokens) must meet (each part is checked):
+    - output_tokens: how many tokens the stream delivered. A chunk without a token is not a token's
+      arrival: it is never the first token, the last one, or a gap between two.
+    - ttft: from the send to the arrival of the first token (the queue and the network are the user's wait).
+    - e2e: from the send to the arrival of the last token.
+    - itl: one entry per token after the first, in arrival order, none negative. The tokens one chunk
+      delivers share the wait since the previous token evenly, and a token that came with the first one
+      waited nothing; so the entries up to any chunk's last token add up to that chunk's arrival minus
+      the first token's.
+    - tpot: the mean time per token after the first; None when there is no token after the first.
+    - a stream without a token (a rejected or failed request) is no error: ttft, tpot and e2e None, no ITLs,
+      0 tokens.
+    - a time before send_time, or before the previous chunk's, raises ValueError whose message tells the
+      caller to stamp the send and every chunk with one monotonic clock (time.perf_counter()).
     """
     raise NotImplementedError("Lesson 09, task 1: stream_metrics: TTFT, ITL, TPOT and e2e from a stream's chunk "
                               "times. Check it with: pytest tests/exercises -k lesson09_task1")

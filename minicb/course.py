@@ -5,7 +5,7 @@ One switch, read here and nowhere else: the environment variable MINICB_IMPL.
 - "solutions" (what `make test` uses): solutions/lessonNN_topic.py, the reference.
 Both files have the same names and signatures. A stub raises NotImplementedError("Lesson NN, task M:
 ..."); until you replace it, the engine runs the reference in its place, so a lesson always runs from
-top to bottom. The lesson you are on says once which of its parts are yours:
+top to bottom. The lesson you are on says which of its parts are yours (again whenever that changes):
 
     from minicb import course
     mine = course.lesson("lesson02_continuous")        # the module MINICB_IMPL picks
@@ -13,17 +13,26 @@ top to bottom. The lesson you are on says once which of its parts are yours:
     llm = course.llm(lesson=2, max_num_seqs=8)         # the real engine running your parts
     # Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), admit_waiting (not written
     # yet: the reference runs; write it, then: pytest tests/exercises -k lesson02_task2)
+
+An edited exercise file takes effect without restarting the kernel: the next course.lesson(), llm(),
+engine() or parts() re-imports it (engines built before keep the code they were built with). A file
+that does not import breaks its own lesson only: course.lesson() raises its error, and other lessons'
+engines run the reference in its place, saying so in one line that names the file and the line.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib
+import importlib.util
 import inspect
+import linecache
 import os
 import re
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,12 +123,31 @@ def impl() -> str:
     return name
 
 
+class CheckoutError(ImportError):
+    """The course does not run from a checkout of its own: no exercises/ there, or exercises/ (solutions/)
+    imported from another one. Every lesson's, not one file's, so parts() never stands in for it."""
+
+
+# The source each lesson module last ran, as a digest of its file, by module name: a file whose digest
+# differs was edited since, and lesson() re-imports it.
+_RAN: dict[str, str] = {}
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def lesson(module: str, which: str | None = None) -> ModuleType:
-    """exercises.<module> or solutions.<module> of REPO_ROOT, as MINICB_IMPL (or `which`) says."""
+    """exercises.<module> or solutions.<module> of REPO_ROOT, as MINICB_IMPL (or `which`) says; re-imported
+    in place when its file changed since it was imported, so the module you hold and every engine built
+    after run the file as it is now. Raises the file's own error (a SyntaxError ...) when it does not import."""
     which = which or impl()
     if not (REPO_ROOT / "exercises").is_dir():
-        raise ImportError("exercises/ and solutions/ live in a git checkout of minicb; run the course from one "
-                          "(git clone ..., then make lab)")
+        raise CheckoutError("exercises/ and solutions/ live in a git checkout of minicb; run the course from one "
+                            "(git clone ..., then make lab)")
     # An editable install puts its own checkout on sys.path, so another checkout's `exercises` may be
     # importable too: this one goes first.
     root = str(REPO_ROOT)
@@ -133,9 +161,24 @@ def lesson(module: str, which: str | None = None) -> ModuleType:
     folder = (REPO_ROOT / which).resolve()
     if loaded is not None and folder not in [Path(p).resolve() for p in getattr(loaded, "__path__", [])]:
         where = ", ".join(getattr(loaded, "__path__", [])) or loaded
-        raise ImportError(f"{which} is already imported from {where}, not from this checkout's {folder}: "
-                          f"restart the kernel (or Python) and run from {REPO_ROOT}")
-    return importlib.import_module(f"{which}.{module}")
+        raise CheckoutError(f"{which} is already imported from {where}, not from this checkout's {folder}: "
+                            f"restart the kernel (or Python) and run from {REPO_ROOT}")
+    name = f"{which}.{module}"
+    path = folder / f"{module}.py"
+    now = _digest(path)
+    imported = sys.modules.get(name)
+    if imported is None:
+        importlib.invalidate_caches()   # a file written since its folder was last listed
+        imported = importlib.import_module(name)
+    elif now != _RAN.setdefault(name, now):   # first seen here, imported by someone else: taken as it is now
+        # Python's cached bytecode is keyed on the file's mtime in whole seconds and its size: an edit within
+        # the second that keeps the size would run the old code again. The source lines inspect shows (and
+        # is_stub reads) are cached the same way.
+        Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
+        linecache.clearcache()
+        importlib.reload(imported)
+    _RAN[name] = now
+    return imported
 
 
 def stub_label(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
@@ -190,19 +233,23 @@ def attempt(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return None
 
 
-# What this process has said already: a lesson's note (by lesson number), a run-time fallback (by task label).
-_SAID: set[int | str] = set()
+# What this process last said about a lesson's parts (by lesson number) and about a file that does not
+# import (by module): a note is said again when what it says changes (a part written, a stub put back, the
+# file broken or fixed), not for each of the engines a loop builds on the same code.
+_SAID: dict[int | str, str] = {}
 
 
-def _say_once(key: int | str, text: str) -> None:
-    if key not in _SAID:
-        _SAID.add(key)
+def _say_when_changed(key: int | str, text: str) -> None:
+    if _SAID.get(key) != text:
+        _SAID[key] = text
         print(text)
 
 
-def with_fallback(mine: Callable, reference: Callable, quiet: bool = False) -> Callable:
+def with_fallback(mine: Callable, reference: Callable) -> Callable:
     """Your part while it works; the reference from the first time it raises a stub's error (a function
-    written only in part), saying so once unless `quiet`."""
+    written only in part), saying so then. Every part made says it: each engine course.llm() or engine()
+    builds (each parts() call) has its own, so a second engine, or the same function broken again after a
+    fix, is reported again, while one engine's thousand calls are reported once."""
     if mine == reference:   # the reference itself (a bound classmethod is a new object at each access)
         return mine
     fell_back = False
@@ -217,8 +264,7 @@ def with_fallback(mine: Callable, reference: Callable, quiet: bool = False) -> C
                 if not is_stub_error(error):
                     raise
                 fell_back = True
-                if not quiet:
-                    _say_once(str(error).split(":")[0], f"{not_yet(error)}. Meanwhile the engine runs the reference.")
+                print(f"{not_yet(error)}. Meanwhile the engine runs the reference.")
         return reference(*args, **kwargs)
     return part
 
@@ -236,9 +282,10 @@ def _state(task: Task, stubs: list[str]) -> str:
 
 def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int | None = None) -> EngineParts:
     """The engine's lesson parts from exercises/ or solutions/, each stub replaced by minicb's own.
-    decode_kernel: also lesson 05's kernel (it needs Triton). With exercises/, `lesson`'s note says once
-    per process which of its parts are yours (every lesson's, when None); other lessons' stubs are
-    replaced silently, being their own lessons' business."""
+    decode_kernel: also lesson 05's kernel (it needs Triton). With exercises/, `lesson`'s note says which
+    of its parts are yours (every lesson's, when None), again whenever that changes; other lessons' stubs
+    are replaced silently, being their own lessons' business. A lesson file that does not import raises
+    its error for its own lesson; any other lesson runs the reference in its place, saying so."""
     which = which or impl()
     noted = {t.lesson for t in TASKS} if lesson is None else {lesson}
     reference = EngineParts()
@@ -247,25 +294,64 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
     for task in TASKS:
         if task.symbol not in FUNCTION_PARTS or (task.symbol == "paged_decode_attention" and not decode_kernel):
             continue
-        mine = getattr(_module(task.module, which), task.symbol)
         ref = getattr(reference, task.symbol) or _reference_kernel()
+        module = _importable(task.module, which, own=task.lesson == lesson)
+        if module is None:
+            plugged[task.symbol] = ref
+            continue
+        mine = getattr(module, task.symbol)
         stubs[task] = [task.symbol] if is_stub(mine) else []
-        plugged[task.symbol] = ref if stubs[task] else with_fallback(mine, ref, quiet=task.lesson not in noted)
-    allocator = getattr(_module(ALLOCATOR_MODULE, which), ALLOCATOR_CLASS)
-    plugged["allocator"], allocator_stubs = allocator_class(allocator, reference.allocator,
-                                                            quiet=ALLOCATOR_LESSON not in noted)
-    stubs.update(allocator_stubs)
+        plugged[task.symbol] = ref if stubs[task] else with_fallback(mine, ref)
+    module = _importable(ALLOCATOR_MODULE, which, own=ALLOCATOR_LESSON == lesson)
+    if module is None:
+        plugged["allocator"] = reference.allocator
+    else:
+        plugged["allocator"], allocator_stubs = allocator_class(getattr(module, ALLOCATOR_CLASS), reference.allocator)
+        stubs.update(allocator_stubs)
     if which == "exercises":
         for n in sorted(noted):
             shown = [t for t in TASKS if t.lesson == n and t in stubs]
             if shown:
-                _say_once(n, f"Lesson {n:02d} runs exercises/{shown[0].module}.py: "
-                             + ", ".join(_state(t, stubs[t]) for t in shown))
+                _say_when_changed(n, f"Lesson {n:02d} runs exercises/{shown[0].module}.py: "
+                                     + ", ".join(_state(t, stubs[t]) for t in shown))
     return EngineParts(**plugged)
 
 
 def _module(module: str, which: str) -> ModuleType:
     return lesson(module, which)   # parts() has a parameter named lesson
+
+
+def _importable(module: str, which: str, own: bool) -> ModuleType | None:
+    """The lesson module, or None where its file does not import and this engine is not its own lesson's,
+    saying so in one line (until the file is fixed, or breaks another way). Its own lesson raises the
+    file's error: that learner must see it."""
+    try:
+        imported = _module(module, which)
+    except CheckoutError:
+        raise
+    except Exception as error:   # noqa: BLE001 - whatever a learner's file raises on import, it is theirs
+        if own:
+            raise
+        file = f"{which}/{module}.py"
+        number = next(t.lesson for t in TASKS if t.module == module)
+        reason = error.msg if isinstance(error, SyntaxError) else error   # its str repeats the file and line
+        _say_when_changed(module, f"{file}{_line_of(error, REPO_ROOT / file)} does not import "
+                                  f"({type(error).__name__}: {reason}): this engine runs the reference for "
+                                  f"lesson {number:02d}'s parts; course.lesson({module!r}) shows the error")
+        return None
+    _SAID.pop(module, None)   # it imports: a later break is news
+    return imported
+
+
+def _line_of(error: BaseException, path: Path) -> str:
+    """" line N": where in `path` the import failed (a syntax error's own line, else the deepest frame in
+    that file, the line that imports a broken module included); "" when the file is not on the traceback."""
+    here = path.resolve()
+    if isinstance(error, SyntaxError) and error.filename and Path(error.filename).resolve() == here:
+        return f" line {error.lineno}"
+    frames = traceback.extract_tb(error.__traceback__)
+    lines = [frame.lineno for frame in frames if Path(frame.filename).resolve() == here]
+    return f" line {lines[-1]}" if lines else ""
 
 
 def _reference_kernel() -> Callable:
@@ -274,7 +360,7 @@ def _reference_kernel() -> Callable:
     return paged_decode_attention
 
 
-def allocator_class(mine: type, reference: type, quiet: bool = False) -> tuple[type, dict[Task, list[str]]]:
+def allocator_class(mine: type, reference: type) -> tuple[type, dict[Task, list[str]]]:
     """Your PagedAllocator with, for each task function still a stub, the reference's in its place; a
     written one falls back to the reference's at run time (see with_fallback). Both classes keep the
     same state (free list, tables, counts), so the reference's functions work on your instance. Also
@@ -286,7 +372,7 @@ def allocator_class(mine: type, reference: type, quiet: bool = False) -> tuple[t
         for symbol in task.symbols:
             name = symbol.split(".", 1)[1]
             ref = getattr(reference, name)
-            methods[name] = ref if symbol in stubs[task] else with_fallback(getattr(mine, name), ref, quiet=quiet)
+            methods[name] = ref if symbol in stubs[task] else with_fallback(getattr(mine, name), ref)
     if mine is reference:
         return mine, stubs
     return type(mine.__name__, (mine,), {**methods, "__module__": mine.__module__, "__doc__": mine.__doc__}), stubs

@@ -144,8 +144,8 @@ def test_every_exercise_test_fails_on_the_stubs_with_its_own_task(tmp_path):
 
 @pytest.fixture
 def fresh_notes(monkeypatch):
-    """A process that has not said anything yet: the notes are once per process."""
-    monkeypatch.setattr(course, "_SAID", set())
+    """A process that has not said anything yet: a lesson's note is said again only when it changes."""
+    monkeypatch.setattr(course, "_SAID", {})
 
 
 def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh_notes):
@@ -322,19 +322,118 @@ def test_your_allocator_runs_the_references_methods_where_yours_are_stubs(fake_c
     assert sorted(pool.free_blocks) == [0, 1, 2, 3] and not pool.tables
 
 
-def test_a_written_part_that_still_raises_its_stub_error_falls_back_saying_so(fake_course, capsys):
+FELL_BACK = ("not implemented yet: Lesson 03, task 1 (the flat batch the model runs on): write "
+             "exercises/lesson03_selective.py::build_flat_batch, then check it with: pytest tests/exercises -k "
+             "lesson03_task1. Meanwhile the engine runs the reference.\n")
+
+
+def test_a_written_part_that_still_raises_its_stub_error_falls_back_saying_so_in_every_engine(fake_course, capsys):
+    """Each engine's parts say it once, when they fall back: not once per call (a loop of steps), and not
+    once per process (a second engine, or a function fixed and broken again, is news)."""
     parts = course.parts("exercises", lesson=3)
     assert capsys.readouterr().out.endswith("build_flat_batch (yours)\n")
     assert parts.build_flat_batch(1) == ("mine", 1)
     assert parts.build_flat_batch(0) == ("reference", 0)
     assert parts.build_flat_batch(1) == ("reference", 1)   # from then on
-    assert capsys.readouterr().out == ("not implemented yet: Lesson 03, task 1 (the flat batch the model runs on): "
-                                       "write exercises/lesson03_selective.py::build_flat_batch, then check it "
-                                       "with: pytest tests/exercises -k lesson03_task1. Meanwhile the engine runs "
-                                       "the reference.\n")
-    quiet = course.parts("exercises", lesson=2).build_flat_batch   # lesson 03's business, not lesson 02's
+    assert capsys.readouterr().out == FELL_BACK
+    second = course.parts("exercises", lesson=3).build_flat_batch
+    assert second(1) == ("mine", 1) and capsys.readouterr().out == ""
+    assert [second(0) for _ in range(3)] == [("reference", 0)] * 3
+    assert capsys.readouterr().out == FELL_BACK
+    # Lesson 03's code, running in lesson 02's engine: its stubs are replaced silently, but what the learner
+    # wrote falling back is said there too.
+    other = course.parts("exercises", lesson=2).build_flat_batch
     capsys.readouterr()
-    assert quiet(0) == ("reference", 0) and capsys.readouterr().out == ""
+    assert other(0) == ("reference", 0) and capsys.readouterr().out == FELL_BACK
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch, fresh_notes):
+    """A checkout holding FAKE_LESSONS as its exercises/, which course.lesson() imports for real in this
+    process (in place of this checkout's, put back afterwards), with fake_parts as minicb's."""
+    for name in ("exercises", "solutions", "minicb"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "exercises" / "__init__.py").write_text("")
+    for name, source in FAKE_LESSONS.items():
+        (tmp_path / "exercises" / f"{name}.py").write_text(source)
+    for name in [n for n in sys.modules if n.partition(".")[0] == "exercises"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)   # as in a notebook: __pycache__ is written (and read)
+    monkeypatch.setattr(course, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(course, "_RAN", {})
+    monkeypatch.setattr(course, "EngineParts", fake_parts)
+    yield tmp_path / "exercises"
+    for name in [n for n in sys.modules if n.partition(".")[0] == "exercises"]:
+        del sys.modules[name]   # the fake checkout's; monkeypatch then puts this checkout's back
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path.name}"
+    path.write_text(text.replace(old, new))
+
+
+ADMIT_STUB = 'raise NotImplementedError("Lesson 02, task 2: admit_waiting: start waiting requests. Check it with: ...")'
+
+
+def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout, capsys):
+    held = course.lesson("lesson03_selective", "exercises")   # what a notebook's `lesson03 = ...` keeps
+    first = held.build_flat_batch
+    assert course.parts("exercises", lesson=3).build_flat_batch(1) == ("mine", 1)
+    assert course.lesson("lesson03_selective", "exercises").build_flat_batch is first, "an unchanged file re-ran"
+    # The same size, within the same second: Python's bytecode cache alone would run the old code again.
+    edit(checkout / "lesson03_selective.py", '("mine", x)', '("edit", x)')
+    assert course.parts("exercises", lesson=3).build_flat_batch(1) == ("edit", 1)
+    assert held.build_flat_batch(1) == ("edit", 1), "the module the notebook holds still runs the old code"
+    capsys.readouterr()
+
+    course.parts("exercises", lesson=2)
+    assert "admit_waiting (not written yet" in capsys.readouterr().out
+    edit(checkout / "lesson02_continuous.py", ADMIT_STUB, 'return ("mine", x)')
+    parts = course.parts("exercises", lesson=2)
+    assert parts.admit_waiting(1) == ("mine", 1)
+    assert capsys.readouterr().out == ("Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), "
+                                       "admit_waiting (yours)\n"), "a changed note was not said again"
+    course.parts("exercises", lesson=2)
+    assert capsys.readouterr().out == "", "an unchanged note was said again"
+    edit(checkout / "lesson02_continuous.py", 'return ("mine", x)', ADMIT_STUB)
+    assert course.parts("exercises", lesson=2).admit_waiting(1) == ("reference", 1)
+    assert "admit_waiting (not written yet" in capsys.readouterr().out, "a stub put back was not said"
+
+
+def test_a_file_that_does_not_import_breaks_only_its_own_lesson(checkout, capsys):
+    lesson10 = checkout / "lesson10_prefix_cache.py"
+    edit(lesson10, "def block_hashes(x):", "def block_hashes(x:")   # line 2 of the file
+    parts = course.parts("exercises", lesson=2)
+    broken, note = capsys.readouterr().out.splitlines()
+    assert broken.startswith("exercises/lesson10_prefix_cache.py line 2 does not import (SyntaxError: "), broken
+    assert broken.endswith("this engine runs the reference for lesson 10's parts; "
+                           "course.lesson('lesson10_prefix_cache') shows the error"), broken
+    assert note.startswith("Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours)")
+    assert parts.schedule_running(1) == ("mine", 1)
+    assert parts.block_hashes(1) == ("reference", 1) and parts.longest_cached_prefix(1) == ("reference", 1)
+    course.parts("exercises", lesson=2)
+    assert capsys.readouterr().out == "", "the same broken file was reported again for the same code"
+    with pytest.raises(SyntaxError):
+        course.parts("exercises", lesson=10)   # its own lesson: the learner sees the error itself
+    with pytest.raises(SyntaxError):
+        course.lesson("lesson10_prefix_cache", "exercises")
+
+    edit(checkout / "lesson06_preemption.py", "def make_room(x):", "ROOM = undefined_name\n\n\ndef make_room(x):")
+    allocator = course.parts("exercises", lesson=4).allocator   # any error on import, at its line
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "exercises/lesson06_preemption.py line 2 does not import (NameError: name 'undefined_name' is not defined): "
+        "this engine runs the reference for lesson 06's parts; course.lesson('lesson06_preemption') shows the error")
+    assert allocator().can_allocate(1) == ("mine", 1)
+    with pytest.raises(NameError):
+        course.parts("exercises", lesson=6)
+
+    edit(lesson10, "def block_hashes(x:", "def block_hashes(x):")
+    assert course.parts("exercises", lesson=2).block_hashes(1) == ("mine", 1)
+    edit(lesson10, "def block_hashes(x):", "def block_hashes(x:")   # broken again, once it had imported
+    assert course.parts("exercises", lesson=2).block_hashes(1) == ("reference", 1)
+    assert "lesson10_prefix_cache.py line 2 does not import" in capsys.readouterr().out, "a new break went unsaid"
 
 
 def test_the_checkout_is_found_from_the_working_directory(tmp_path):
@@ -369,6 +468,8 @@ def test_exercises_imported_from_another_checkout_are_refused(monkeypatch, tmp_p
     monkeypatch.setitem(sys.modules, "exercises", other)
     with pytest.raises(ImportError, match="already imported from .*restart the kernel"):
         course.lesson("lesson02_continuous", "exercises")
+    with pytest.raises(ImportError, match="already imported from .*restart the kernel"):
+        course.parts("exercises", lesson=2)   # every lesson's problem, not one file's to stand in for
 
 
 def test_progress_lists_every_task_of_the_untouched_stubs_with_its_command(capsys):

@@ -7,9 +7,11 @@ Task 2  PagedAllocator.can_append, .append_slots     pytest tests/exercises -k l
 Task 3  PagedAllocator.free                          pytest tests/exercises -k lesson04_task3
 
 The engine builds its BlockManager (minicb/block_manager.py) over your class: the BlockManager
-decides how much to reserve and does the swapping of lesson 06 on the state your __init__ sets, so
-keep that state as it is. The tests grade each task with only that task's methods yours (the rest
-are minicb's, run on your instance) and check the pool's invariants after every engine step.
+decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on
+the state your __init__ sets, so keep that state as it is. The tests grade each task with only that
+task's methods yours (the rest are minicb's, run on your instance): on random sequences of calls,
+tables that share blocks included, each result checked against its contract and against minicb's,
+and in the engine under memory pressure, with the pool's invariants checked after every step.
 minicb's own is PagedAllocator in minicb/block_manager.py: write the methods yourself, since a
 method that calls or inherits minicb's fails its task.
 """
@@ -24,8 +26,11 @@ class PagedAllocator:
     def __init__(self, num_blocks: int, block_size: int, num_swap_blocks: int = 0):
         """The state, given (every method reads and updates exactly this):
 
-        free_blocks       the free device block ids; take from the left (popleft), give back on the right
-        ref_counts[b]     1 while a sequence holds block b, 0 while b is free
+        free_blocks       the free device block ids; blocks are taken from the left and given back on the right
+        ref_counts[b]     the number of sequences whose table holds block b: 0 while b is free. In this lesson
+                          every block has one holder at most; with prefix caching (lesson 10) a prompt's
+                          cached first blocks are shared, and BlockManager.allocate starts a new table with
+                          blocks other tables hold, adding 1 to each. The same rule holds in both.
         tables[s]         sequence s's device blocks, in order (only for sequences on the device)
         num_tokens[s]     how many tokens s holds slots for (also while s is swapped out)
         free_swap_blocks  the free blocks of the CPU swap pool (lesson 06)
@@ -40,54 +45,72 @@ class PagedAllocator:
         self.swapped: dict[str, list[int]] = {}
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
-        """Whether allocate(_, num_tokens, reserve_tokens) would succeed with keep_free blocks still
-        free afterwards: ceil(max(num_tokens, reserve_tokens) / block_size) + keep_free <= free blocks.
-        Changes nothing."""
+        """Admission asks this before it starts a request: does a new sequence fit, with keep_free blocks
+        left over for the running sequences to grow into? (The BlockManager passes keep_free; with
+        prefix caching it lowers it by the cached blocks it could evict.)
+
+        Reads the state; changes nothing. The contract: True exactly when allocate(_, num_tokens,
+        reserve_tokens) would succeed and leave at least keep_free blocks free."""
         raise NotImplementedError("Lesson 04, task 1: PagedAllocator.can_allocate: whether a new sequence fits. "
                                   "Check it with: pytest tests/exercises -k lesson04_task1")
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
-        """Start seq_id's block table and return it.
+        """A new sequence's first blocks: room for its num_tokens tokens, and for reserve_tokens if more
+        (room to grow into, which static batching and contiguous reservation ask for). Paging's point
+        is that memory follows the tokens, so it takes no more than that.
 
-        - it gets ceil(max(num_tokens, reserve_tokens) / block_size) blocks (reserve_tokens: room to
-          grow into, which static batching and contiguous reservation ask for), taken from the left
-          of free_blocks, in that order; each one's ref count becomes 1;
-        - tables[seq_id] is the table; num_tokens[seq_id] = num_tokens (the tokens, not the reserve);
-        - ValueError if seq_id already has blocks, on the device (tables) or swapped out (swapped);
-        - NoFreeBlocks if too few blocks are free; then nothing changes (a failed allocate takes none).
+        Reads and updates the state. The contract, after allocate returns a table:
+        - the table is tables[seq_id], and the fewest blocks with a slot for each of
+          max(num_tokens, reserve_tokens) tokens (a block holds block_size);
+        - its blocks are the ones at the left of free_blocks, in that order, and have left it; each one's
+          ref count counts seq_id as its holder;
+        - num_tokens[seq_id] is num_tokens (the tokens, not the reserve); no other sequence changes.
+        It refuses, changing nothing: ValueError if seq_id holds blocks already (on the device, or
+        swapped out); NoFreeBlocks if too few blocks are free.
         """
         raise NotImplementedError("Lesson 04, task 1: PagedAllocator.allocate: blocks for a new sequence. "
                                   "Check it with: pytest tests/exercises -k lesson04_task1")
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
-        """Whether append_slots(seq_id, num_new_tokens) would succeed with keep_free blocks still free
-        afterwards: the blocks it must add (0 while its table has room) + keep_free <= free blocks.
-        Changes nothing."""
+        """The scheduler asks this before it runs num_new_tokens more tokens of a running sequence: can
+        its table hold them, with keep_free blocks left over? When it cannot, someone must give way.
+
+        Reads the state; changes nothing. The contract: True exactly when append_slots(seq_id,
+        num_new_tokens) would succeed and leave at least keep_free blocks free."""
         raise NotImplementedError("Lesson 04, task 2: PagedAllocator.can_append: whether a sequence can grow. "
                                   "Check it with: pytest tests/exercises -k lesson04_task2")
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
-        """Make room for num_new_tokens more tokens of seq_id and return its table.
+        """Room for num_new_tokens more tokens of seq_id, which holds a table; returns its table.
 
-        - num_tokens[seq_id] grows by num_new_tokens;
-        - the table gains blocks only while it cannot hold num_tokens[seq_id] tokens: a new block only
-          when the last one is full (4 tokens in a 4-slot block need none, the 5th needs one; a table
-          reserved ahead may need none for many tokens). New blocks come from the left of free_blocks,
-          go on the end of the table, and get ref count 1;
-        - NoFreeBlocks if too few blocks are free; then nothing changes (table and num_tokens as before).
+        Reads and updates the state. The contract, after it returns:
+        - num_tokens[seq_id] has grown by num_new_tokens, and the table has a slot for each of them;
+        - the blocks the table had stay, in place (they hold the sequence's K/V, and the first ones may
+          be shared with other tables, lesson 10);
+        - it has gained a block only where the tokens would not fit without it: never while its last
+          block has a free slot (a table reserved ahead may take none for many tokens);
+        - a block it gains is the one at the left of free_blocks, goes on the end of the table, has left
+          free_blocks, and its ref count counts seq_id; no other sequence changes.
+        It refuses, changing nothing (table and num_tokens as they were): NoFreeBlocks if too few
+        blocks are free.
         """
         raise NotImplementedError("Lesson 04, task 2: PagedAllocator.append_slots: a new block only when the "
                                   "last one is full. Check it with: pytest tests/exercises -k lesson04_task2")
 
     def free(self, seq_id: str) -> None:
-        """Give back everything seq_id holds and forget it everywhere.
+        """A sequence is done with its blocks (it finished, was aborted, or gives way to be recomputed
+        later): it gives back what it holds, and nothing that another sequence still holds.
 
-        - on the device (in tables): every block of its table goes back on free_blocks with ref count
-          0, and its tables entry goes;
-        - swapped out (in swapped, lesson 06's swap pool; such a sequence has no table): its CPU blocks
-          go back on free_swap_blocks, and its swapped entry goes;
-        - either way its num_tokens entry goes too. The engine frees a swapped sequence when its
-          request is aborted, so a free that ignores swapped leaks the swap pool.
+        Reads and updates the state. The contract, after it returns:
+        - seq_id is forgotten: no entry in tables, swapped or num_tokens;
+        - on the device, each block of its table has one holder fewer in ref_counts, and goes back on
+          the right of free_blocks (in table order) exactly when no sequence holds it any more. A block
+          that another table holds too (a shared prefix, lesson 10) stays where it is, off the free
+          list: giving it back would hand out slots that sequence still reads;
+        - swapped out (lesson 06: it has no table, its KV sits in swapped[seq_id]), its CPU blocks go
+          back on the right of free_swap_blocks, in order; the engine frees a swapped sequence when
+          its request is aborted;
+        - no other sequence's table, count or blocks change.
         """
         raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back, on the device "
                                   "or in the swap pool. Check it with: pytest tests/exercises -k lesson04_task3")

@@ -58,12 +58,18 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
 class PagedAllocator:
     """Lesson 04's reference: device blocks for sequences, taken from a free list only as tokens need
     them. Its methods use nothing but the state set in __init__ (and blocks_for), so they also run
-    on a learner's allocator that keeps the same state."""
+    on a learner's allocator that keeps the same state.
+
+    The ref-count contract, the same from lesson 04 to lesson 10: ref_counts[b] is the number of
+    sequences whose table holds block b. Without prefix caching that is 0 or 1; with it a cached
+    prompt prefix is shared, and BlockManager.allocate starts a table with blocks other tables hold,
+    adding 1 to each. free subtracts 1 per block of the table and gives a block back to the free list
+    only when its count reaches 0: a shared block stays with the sequences still holding it."""
 
     def __init__(self, num_blocks: int, block_size: int, num_swap_blocks: int = 0):
         self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
         self.free_blocks: deque[int] = deque(range(num_blocks))   # take from the left, give back on the right
-        self.ref_counts = [0] * num_blocks           # 1 while a sequence holds the block, 0 while it is free
+        self.ref_counts = [0] * num_blocks           # how many sequences hold the block; 0: it is free
         self.tables: dict[str, list[int]] = {}       # sequence -> its device blocks, in order
         self.num_tokens: dict[str, int] = {}         # tokens each sequence holds slots for, swapped ones too
         self.free_swap_blocks: deque[int] = deque(range(num_swap_blocks))
@@ -113,6 +119,12 @@ class PagedAllocator:
                 if self.ref_counts[block] == 0:
                     self.free_blocks.append(block)
         del self.num_tokens[seq_id]
+
+
+def holders_of(seq_ids: list[str]) -> str:
+    """'a', or 'a' and 'b', or 'a', 'b' and 'c': the sequences holding a block, for a message."""
+    names = [repr(seq_id) for seq_id in seq_ids]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def allocator_state(name: str) -> property:
@@ -313,27 +325,48 @@ class BlockManager:
 
     def check_invariants(self) -> None:
         """Every rule the pool keeps, checked on the allocator's state. Raises AssertionError naming
-        the first broken rule, and what usually breaks it."""
+        the first broken rule, what happened to which block, and what usually causes it.
+
+        The ledger's rule, from lesson 04 on: a device block is in exactly one place, the free list,
+        the prefix cache's LRU (evictable), or the tables of the sequences holding it, and its ref
+        count is the number of those sequences (more than one only for a cached prefix, lesson 10)."""
         tables, swapped, num_tokens = self.tables, self.swapped, self.num_tokens
-        held = Counter(block for table in tables.values() for block in table)
+        holders: dict[int, list[str]] = {}
+        for seq_id, table in tables.items():
+            for block in table:
+                holders.setdefault(block, []).append(seq_id)
         free = Counter(self.free_blocks)
-        twice = [block for block, n in free.items() if n > 1]
-        assert not twice, f"blocks {twice} are on the free list twice: is a block given back more than once?"
-        strays = sorted(b for b in held.keys() | free.keys() if not 0 <= b < self.num_blocks)
+        strays = sorted(b for b in holders.keys() | free.keys() | set(self.evictable) if not 0 <= b < self.num_blocks)
         assert not strays, f"block ids {strays} are not in the pool of {self.num_blocks}"
-        both = sorted(held.keys() & free.keys())
-        assert not both, (f"blocks {both} are held and free at once: a block leaves the free list when "
-                          "taken and comes back only when no table lists it")
-        shared = sorted(block for block, n in held.items() if n > 1 and block not in self.block_hash)
-        assert not shared, f"blocks {shared} are in two tables at once: a block taken must leave the free list"
-        lost = self.num_blocks - len(held) - len(free) - len(self.evictable)
-        assert lost == 0, (f"blocks lost: {lost} of {self.num_blocks} are neither free nor held — does free "
-                           "give every block of the table back?")
         assert len(self.ref_counts) == self.num_blocks, f"ref_counts needs one entry per block ({self.num_blocks})"
-        for block in range(self.num_blocks):
-            assert self.ref_counts[block] == held[block], (
-                f"block {block}: ref count {self.ref_counts[block]}, but {held[block]} table(s) list it: "
-                "taking a block adds 1, giving it back subtracts 1")
+        twice = sorted(block for block, n in free.items() if n > 1)
+        assert not twice, (f"block {twice[0]} returned twice: it is on the free list {free[twice[0]]} times; a block "
+                           "goes back once, when its ref count reaches 0")
+        for where, blocks in (("on the free list", free), ("in the prefix cache's LRU", self.evictable)):
+            early = sorted(block for block in blocks if block in holders)
+            assert not early, (
+                f"block {early[0]} returned twice: it is {where} while {holders_of(holders[early[0]])} still "
+                f"{'holds' if len(holders[early[0]]) == 1 else 'hold'} it (ref count {self.ref_counts[early[0]]}); "
+                "free gives a block back only when its ref count "
+                "reaches 0, that is when no sequence holds it any more")
+        for block, seqs in sorted(holders.items()):
+            count = self.ref_counts[block]
+            assert count == len(seqs), (
+                f"block {block}: ref count {count}, but {len(seqs)} sequence(s) hold it ({holders_of(seqs)}): its "
+                "ref count is the number of sequences holding it; taking it adds 1, each holder's free subtracts 1")
+        shared = sorted(block for block, seqs in holders.items() if len(seqs) > 1 and block not in self.block_hash)
+        assert not shared, (f"block {shared[0]} is in two tables at once ({holders_of(holders[shared[0]])}) but is no "
+                            "cached prefix: a block taken must leave the free list, and only a cached block is shared")
+        unheld = sorted(block for block in free.keys() | set(self.evictable) if self.ref_counts[block] != 0)
+        assert not unheld, (f"block {unheld[0]} is free with ref count {self.ref_counts[unheld[0]]}: a block no "
+                            "sequence holds has ref count 0")
+        lost = sorted(set(range(self.num_blocks)) - holders.keys() - free.keys() - set(self.evictable))
+        assert not lost, (f"blocks lost: {len(lost)} of {self.num_blocks} are neither free nor held (block {lost[0]}, "
+                          f"ref count {self.ref_counts[lost[0]]}): " + (
+                              "free puts a block back on the free list when its ref count reaches 0"
+                              if self.ref_counts[lost[0]] == 0 else
+                              "no table lists it, yet its ref count says a sequence holds it: a block leaves a "
+                              "table only when its holder frees it, subtracting 1"))
         uncounted = sorted(tables.keys() - num_tokens.keys())
         assert not uncounted, f"{uncounted[0]!r} has a table but no token count: allocate records num_tokens[seq_id]"
         uncounted = sorted(swapped.keys() - num_tokens.keys())
@@ -356,14 +389,15 @@ class BlockManager:
                            "free give a swapped sequence's CPU blocks back?")
         for seq_id, blocks in swapped.items():
             assert len(blocks) * self.block_size >= num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
-        self._check_prefix_cache(held.keys(), free.keys())
+        self._check_prefix_cache(free.keys())
 
-    def _check_prefix_cache(self, held: set[int], free: set[int]) -> None:
-        """Prefix caching's rules: every block is in one place (free list, LRU, or tables), names map
-        both ways, and each name is the chain hash of the tokens the block was named from."""
+    def _check_prefix_cache(self, free: set[int]) -> None:
+        """Prefix caching's rules (check_invariants has checked that every block is in one place: free
+        list, LRU, or tables): names map both ways, and each name is the chain hash of the tokens the
+        block was named from."""
         evictable = set(self.evictable)
-        both = sorted(evictable & (held | free))
-        assert not both, f"blocks {both} are evictable and also held or free: one place per block"
+        both = sorted(evictable & free)
+        assert not both, f"blocks {both} are evictable and also free: one place per block"
         named = sorted(block for block in free if block in self.block_hash)
         assert not named, f"blocks {named} are on the free list with a prefix hash: eviction must drop it"
         unnamed = sorted(evictable - self.block_hash.keys())

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb.block_manager import BlockManager, NoFreeBlocks, PagedAllocator
+from minicb.prefix_cache import block_hashes
 
 
 def test_the_allocator_stands_alone_and_the_manager_composes_it():
@@ -134,11 +135,11 @@ def corrupt(how: str) -> BlockManager:
 
 
 @pytest.mark.parametrize("how,rule", [
-    ("double owner", "in two tables at once"),
-    ("freed twice", "on the free list twice"),
-    ("held and free", "held and free at once"),
-    ("lost block", "blocks lost: 1 of 6 are neither free nor held"),
-    ("ref count", r"ref count 0, but 1 table\(s\) list it"),
+    ("double owner", r"block 0 is in two tables at once \('a' and 'b'\) but is no cached prefix"),
+    ("freed twice", "block 4 returned twice: it is on the free list 2 times"),
+    ("held and free", "block 0 returned twice: it is on the free list while 'a' still holds it"),
+    ("lost block", r"blocks lost: 1 of 6 are neither free nor held \(block 2, ref count 1\): no table lists it"),
+    ("ref count", r"block 0: ref count 0, but 1 sequence\(s\) hold it \('a'\)"),
     ("short table", "'a'.s table has 2 slots for 5 tokens"),
     ("forgotten count", "'a' has a table but no token count"),
     ("remembered count", "'gone' still has a token count but no blocks: free must forget it everywhere"),
@@ -147,6 +148,43 @@ def corrupt(how: str) -> BlockManager:
 ])
 def test_invariant_check_names_the_broken_rule(how, rule):
     bm = corrupt(how)
+    with pytest.raises(AssertionError, match=rule):
+        bm.check_invariants()
+
+
+class ReturnsEveryBlock(PagedAllocator):
+    """free as "every block of the table goes back with ref count 0" reads, blind to sharing."""
+
+    def free(self, seq_id: str) -> None:
+        for block in self.tables.pop(seq_id):
+            self.ref_counts[block] = 0
+            self.free_blocks.append(block)
+        del self.num_tokens[seq_id]
+
+
+class KeepsZeroBlocks(PagedAllocator):
+    """free that counts the holders down and never gives a block back."""
+
+    def free(self, seq_id: str) -> None:
+        for block in self.tables.pop(seq_id):
+            self.ref_counts[block] -= 1
+        del self.num_tokens[seq_id]
+
+
+@pytest.mark.parametrize("allocator,rule", [
+    (ReturnsEveryBlock, r"block 0 returned twice: it is in the prefix cache's LRU while 'b' still holds it \(ref count 0\)"),
+    (KeepsZeroBlocks, r"blocks lost: 1 of 6 are neither free nor held \(block 2, ref count 0\): free puts"),
+])
+def test_a_free_blind_to_shared_blocks_is_named_for_what_it_did(allocator, rule):
+    """'a' and 'b' share a's 2 cached blocks (a prefix hit); free('a') must leave them to 'b'. The
+    invariant check says which block went where, not a count of blocks lost."""
+    bm = BlockManager(6, 2, allocator=allocator)
+    bm.allocate("a", 5)
+    bm.cache_full_blocks("a", block_hashes([1, 2, 3, 4, 5], 2), [1, 2, 3, 4, 5])
+    bm.set_prefix_hit("b", bm.tables["a"][:2])
+    bm.allocate("b", 1)
+    bm.check_invariants()
+    bm.free("a")
     with pytest.raises(AssertionError, match=rule):
         bm.check_invariants()
 

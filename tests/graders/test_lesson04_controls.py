@@ -1,0 +1,150 @@
+"""Negative controls for lesson 04's graders: each is minicb's PagedAllocator with one plausible mistake,
+and each must fail the grader of its task with the rule it breaks, by name. They run on no learner code."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from minicb.block_manager import PagedAllocator
+
+# The graders live in tests/exercises, which pytest puts on sys.path only for its own test files. (Not in a
+# conftest.py here: pytest imports every conftest.py as the module `conftest`, and this one would then hide
+# tests/conftest.py from the tests that import from it.)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exercises"))
+from test_lesson04_paged_kv import (ENGINES, check_allocate_contract, check_append_contract,  # noqa: E402
+                                    check_free_contract, graded, serve_and_check, serve_with_prefix_caching)
+
+# --- task 1: can_allocate, allocate ---------------------------------------------------------------
+
+
+class IgnoresKeepFree(PagedAllocator):
+    """can_allocate that asks only whether the blocks are there, not whether keep_free stay free."""
+
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
+        return super().can_allocate(num_tokens, reserve_tokens)
+
+
+class OneBlockTooMany(PagedAllocator):
+    """allocate that counts blocks as num_tokens // block_size + 1: one too many when they fill it exactly."""
+
+    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
+        return super().allocate(seq_id, num_tokens, max(reserve_tokens, num_tokens + 1))
+
+
+class TakesFromTheRight(PagedAllocator):
+    """allocate that takes the blocks from the right of the free list, where free gives them back."""
+
+    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
+        self.free_blocks.reverse()
+        try:
+            return super().allocate(seq_id, num_tokens, reserve_tokens)
+        finally:
+            self.free_blocks.reverse()
+
+
+@pytest.mark.parametrize("mistake,rule", [
+    (IgnoresKeepFree, "can_allocate is True exactly when allocate would succeed and leave keep_free="),
+    (OneBlockTooMany, "the table is the fewest blocks that hold"),
+    (TakesFromTheRight, "its blocks are the ones at the left of free_blocks"),
+])
+def test_task1_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+    with pytest.raises(AssertionError, match=rule):
+        check_allocate_contract(mistake)
+
+
+# --- task 2: can_append, append_slots -------------------------------------------------------------
+
+
+class AppendsBeforeFull(PagedAllocator):
+    """append_slots that opens a new block as soon as the last one fills, before a token needs it."""
+
+    def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
+        table = super().append_slots(seq_id, num_new_tokens + 1)
+        self.num_tokens[seq_id] -= 1
+        return table
+
+
+class CanAppendIgnoresKeepFree(PagedAllocator):
+    """can_append that asks only whether the new blocks are there."""
+
+    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        return super().can_append(seq_id, num_new_tokens)
+
+
+class CanAppendForgetsTheRoomLeft(PagedAllocator):
+    """can_append that sizes the new tokens as if they started a table, blind to the last block's free slots."""
+
+    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        return self.can_allocate(num_new_tokens, keep_free=keep_free)
+
+
+@pytest.mark.parametrize("mistake,rule", [
+    (AppendsBeforeFull, "a new block only when the last one is full"),
+    (CanAppendIgnoresKeepFree, "can_append is True exactly when append_slots would succeed and leave keep_free="),
+    (CanAppendForgetsTheRoomLeft, "can_append is True exactly when append_slots would succeed"),
+])
+def test_task2_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+    with pytest.raises(AssertionError, match=rule):
+        check_append_contract(mistake)
+
+
+# --- task 3: free --------------------------------------------------------------------------------
+
+
+class ReturnsSharedBlocks(PagedAllocator):
+    """free that counts the holders down right, and then gives every block of the table back, held or not."""
+
+    def free(self, seq_id: str) -> None:
+        still_held = [block for block in self.tables.get(seq_id, []) if self.ref_counts[block] > 1]
+        super().free(seq_id)
+        self.free_blocks.extend(still_held)
+
+
+class ZeroesTheCount(PagedAllocator):
+    """free as "every block goes back with ref count 0" reads, literally: blind to other holders."""
+
+    def free(self, seq_id: str) -> None:
+        for block in self.tables.get(seq_id, []):
+            self.ref_counts[block] = 1
+        super().free(seq_id)
+
+
+class ForgetsTheSwapPool(PagedAllocator):
+    """free that gives back a device table and nothing else: a swapped sequence leaks its CPU blocks."""
+
+    def free(self, seq_id: str) -> None:
+        if seq_id in self.swapped:
+            del self.num_tokens[seq_id]
+            return
+        super().free(seq_id)
+
+
+@pytest.mark.parametrize("mistake,rule", [
+    (ReturnsSharedBlocks, r"free gives a block back only when no sequence holds it any more: free\('.'\) put block "
+                          r"\d+ on the free list while '.'( and '.')* still holds? it: it would be returned twice"),
+    (ZeroesTheCount, "free takes one holder off each block of the table"),
+    (ForgetsTheSwapPool, "free forgets the sequence: no entry in tables, swapped or num_tokens"),
+])
+def test_task3_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+    with pytest.raises(AssertionError, match=rule):
+        check_free_contract(mistake)
+
+
+# --- the engine checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mistake,task,rule", [
+    (ReturnsSharedBlocks, 3, "returned twice: it is in the prefix cache's LRU while '.' still holds it"),
+    (ZeroesTheCount, 3, r"returned twice: it is in the prefix cache's LRU while '.' still holds it \(ref count 0\)"),
+    (AppendsBeforeFull, 2, "the engine runs on your methods without an error: at step \\d+ it raised NoFreeBlocks"),
+])
+def test_the_engine_with_prefix_caching_fails_a_mistake_by_what_it_did(mistake, task, rule):
+    with pytest.raises(AssertionError, match=rule):
+        serve_with_prefix_caching(graded(task, mistake))
+
+
+def test_the_engine_with_swapping_fails_a_free_that_forgets_the_swap_pool():
+    with pytest.raises(AssertionError, match="does free give a swapped sequence's CPU blocks back"):
+        serve_and_check(graded(3, ForgetsTheSwapPool), **ENGINES["swap"])

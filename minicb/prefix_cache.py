@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, parent: bytes | None = None) -> list[bytes]:
@@ -39,3 +40,18 @@ def longest_cached_prefix(hashes: Sequence[bytes], cached: Mapping[bytes, int]) 
         if block_hash not in cached:
             return n
     return len(hashes)
+
+
+@dataclass(frozen=True)
+class CachedBlock:
+    """What an eviction policy may know of a cached block that no table holds (lesson 10, task 3)."""
+    block: int       # its id in the KV pool: what the policy returns
+    depth: int       # its place in its prefix: 0 for a prompt's first block, 1 for the one after it, ...
+    hits: int        # how many times a prefix hit has reused it since it was cached
+    last_used: int   # the pool's count of released blocks when it was last released: larger is more recent
+
+
+def least_recently_used(candidates: Sequence[CachedBlock]) -> int:
+    """minicb's eviction policy (vLLM's): the cached block released longest ago goes first. The block
+    manager keeps its candidates in that order, so it runs this without building them."""
+    return min(candidates, key=lambda c: c.last_used).block

@@ -1,60 +1,89 @@
 """Lesson 10: prefix caching. Requests often begin alike (a system prompt, a few-shot preamble, a
 conversation so far), and a token's K/V depends only on the tokens up to it, so a block full of computed
 tokens can be kept under a name for the whole prefix it ends; a request whose prompt begins the same way
-reuses it instead of prefilling it again (vLLM's enable_prefix_caching). Your two functions name the
-blocks and find how much of a prompt the cache already holds.
+reuses it instead of prefilling it again (vLLM's enable_prefix_caching). Your functions name the blocks,
+find how much of a prompt the cache already holds, and choose which cached block to give up when the
+pool runs short.
 
 Task 1  block_hashes            pytest tests/exercises -k lesson10_task1
 Task 2  longest_cached_prefix   pytest tests/exercises -k lesson10_task2
+Task 3  choose_eviction         pytest tests/exercises -k lesson10_task3
 
-With enable_prefix_caching=True the scheduler calls both (minicb's own are in minicb/prefix_cache.py;
-`course.llm(lesson=10, enable_prefix_caching=True)` plugs yours in): it hashes each block of a request
-once, continuing the chain from the last hash it knows, and looks the hashes up before admitting the
-request, so a hit counts as computed and only the rest of the prompt is prefilled.
+With enable_prefix_caching=True the scheduler calls the first two (minicb's own are in
+minicb/prefix_cache.py; `course.llm(lesson=10, enable_prefix_caching=True)` plugs yours in). It names a
+request's blocks as they fill, a few at a time, and looks a waiting request's names up before admitting
+it: a hit counts as computed, and only the rest of the prompt is prefilled. Task 3 is a design task:
+the block manager asks your policy whenever it must evict (EngineParts(choose_eviction=...); minicb's
+default is least recently used), and it is graded on its hit rate, not on how it decides.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from minicb.prefix_cache import CachedBlock
+
 
 def block_hashes(token_ids: Sequence[int], block_size: int, parent: bytes | None = None) -> list[bytes]:
-    """The chain hash of every full block of token_ids, in order.
+    """The name of every full block of token_ids, in order: the engine keeps a computed block under it,
+    and a later prompt finds the block by computing the same name.
 
-    It chains so that two equal hashes mean two equal prefixes, the whole of them and not only their
-    last blocks: a cached block's K/V is only right for a request whose every earlier token is the same.
-    The engine hashes each block of a request once, as it fills, continuing from the last hash it knows
-    (`parent`), so hashing in pieces must give what hashing in one go gives.
+    A name stands for the whole prefix a block ends, not for the block alone: a cached block's K/V is
+    right only for a request whose every earlier token is the same. `parent` is the name of the block
+    just before token_ids[0] (None: token_ids starts the prompt), because the engine names a request's
+    blocks in pieces, as they fill. Reads only its arguments.
 
-    Rules (each is checked by a test):
-    1. Only FULL blocks have a hash: len(token_ids) // block_size of them, block k being
-       token_ids[k * block_size:(k + 1) * block_size]. A partial last block (still being written) has
-       none; fewer tokens than a block give [].
-    2. The bytes: block k's hash is hashlib.sha256(previous + packed).digest(), 32 bytes (the digest, not
-       its hex), where packed is block k's block_size token ids each packed as 4 bytes, unsigned,
-       little-endian (struct format "<I", all of them: f"<{block_size}I"), and previous is block k-1's
-       hash; for block 0 it is `parent`, or nothing at all (b"") when parent is None.
-    3. The chain: block k's hash depends on every block before it. A change in block j changes the
-       hashes of block j and of every block after it, and none before it; equal blocks at different
-       places, or after different prefixes, hash differently.
-    4. `parent` continues a chain: for a prefix `a` of whole blocks, block_hashes(a + b, n) ==
-       block_hashes(a, n) + block_hashes(b, n, parent=block_hashes(a, n)[-1]).
+    The contract (each rule is checked by a test):
+    1. Block k is token_ids[k * block_size:(k + 1) * block_size]; only full blocks are named (a partial
+       last block is still being written), so there are len(token_ids) // block_size names.
+    2. Equal names if and only if equal prefixes: two blocks get one name exactly when their own ids
+       are equal and so are their parents (the whole chain of blocks before them, and the same
+       `parent`). Equal blocks after different prefixes, or at different places, get different names.
+    3. Naming in pieces gives what naming in one go gives: for a prefix `a` of whole blocks,
+       block_hashes(a + b, n) == block_hashes(a, n) + block_hashes(b, n, parent=block_hashes(a, n)[-1]).
+    4. The format, which every minicb engine shares (the pool checks each cached block's name against
+       it): a name is a sha256 digest, 32 bytes (hashlib's .digest(), not the hex), taken over the
+       parent's name (no bytes at all for None) followed by the block's ids, each as 4 bytes,
+       unsigned, little-endian (struct's "<I").
     """
     raise NotImplementedError("Lesson 10, task 1: block_hashes: the chain hash of each full block. "
                               "Check it with: pytest tests/exercises -k lesson10_task1")
 
 
 def longest_cached_prefix(hashes: Sequence[bytes], cached: Mapping[bytes, int]) -> int:
-    """How many of the leading blocks the prefix cache holds: `hashes` are a prompt's block hashes in
-    order (block_hashes), `cached` maps the hash of each cached block to the block's id in the KV pool.
+    """How many of a prompt's blocks the prefix cache can give it: the scheduler counts that many
+    blocks' tokens as computed and starts the request's table with their cached blocks.
 
-    Rules (each is checked by a test):
-    1. The count of leading hashes that are in `cached`, stopping at the first one that is missing:
-       hashes[:n] are all in cached, and hashes[n] is not (or n == len(hashes)).
-    2. A hash present after a missing one does not count: a cached block is of no use without every
-       block before it.
-    3. Presence is membership (hash in cached): a block id is any int, 0 included.
-    4. 0 when hashes is empty, or when its first hash is missing.
-    5. `cached` is the pool's own map: read it, never change it.
+    `hashes` are the prompt's block names in order (block_hashes); `cached` maps the name of each block
+    the pool holds to its block id. Reads them; changes neither (`cached` is the pool's own map).
+
+    The contract (each rule is checked by a test): the result n is an int, 0 <= n <= len(hashes), with
+    1. every one of hashes[:n] in `cached` (a hit is usable only block by block from the start: a cached
+       block is no use without every block before it), and
+    2. n as large as that allows: n == len(hashes), or hashes[n] is not in `cached`.
+    3. Presence is membership: a block id is any int, 0 included.
     """
     raise NotImplementedError("Lesson 10, task 2: longest_cached_prefix: how many leading blocks the cache holds. "
                               "Check it with: pytest tests/exercises -k lesson10_task2")
+
+
+def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
+    """Which cached block the pool gives up next, when an allocation needs a block and the free list
+    is empty: the block loses its name, and a later prompt that needed it prefills it again.
+
+    `candidates` are the cached blocks no request holds (at least one), least recently used first:
+    each CachedBlock says its `block` id, its `depth` in its prefix (0: a prompt's first block), its
+    `hits` (how many admissions have reused it since it was cached) and `last_used` (a clock of block
+    releases: larger is more recent). They are all you may read. A chain's blocks only help from the
+    start (longest_cached_prefix): a block whose parent is gone is no use to anyone.
+
+    The contract: return the `block` of one of the candidates (an int; not its index, not the
+    CachedBlock). The pool does the rest (the name, the free list), and minicb's least recently used
+    is the default you must beat.
+
+    The outcome (graded on workloads it has not seen): requests whose prompts begin with one of a few
+    hot prologues, used again and again, or with a cold one, used once, in a pool too small to keep
+    everything. Your policy's prefix-cache hit rate must beat least recently used's by at least
+    4 percentage points on every workload, with every request's tokens unchanged.
+    """
+    raise NotImplementedError("Lesson 10, task 3: choose_eviction: which cached block to evict next. "
+                              "Check it with: pytest tests/exercises -k lesson10_task3")

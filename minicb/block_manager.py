@@ -21,14 +21,16 @@ many. A cached block that no table holds is kept, in an LRU, until allocation ru
 list holds only unnamed blocks, so they go first, and then the least recently used cached blocks are
 evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
 BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
-is ever named and all of this stays empty.
+is ever named and all of this stays empty. Which cached block goes first is a policy (lesson 10,
+task 3: choose_eviction); without one, the LRU's order decides.
 """
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from minicb.prefix_cache import block_hashes
+from minicb.prefix_cache import CachedBlock, block_hashes
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,8 @@ class BlockManager:
     swapped = allocator_state("swapped")
 
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
-                 max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator):
+                 max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator,
+                 choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -159,6 +162,9 @@ class BlockManager:
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, least recent first
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
         self._prefix_hit: tuple[str, list[int]] = ("", [])   # (sequence, cached blocks) its allocate starts with
+        self.choose_eviction = choose_eviction   # which evictable block goes first; None: the least recently used
+        self.block_stats: dict[int, CachedBlock] = {}   # cached block -> what an eviction policy may know of it
+        self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
 
     def _reserve(self, reserve_tokens: int) -> int:
         """Tokens to reserve room for: contiguous reservation asks for max_model_len every time."""
@@ -204,6 +210,7 @@ class BlockManager:
             if self.ref_counts[block] == 0:
                 del self.evictable[block]
             self.ref_counts[block] += 1
+            self.block_stats[block] = replace(self.block_stats[block], hits=self.block_stats[block].hits + 1)
         self.tables[seq_id] = hit + self.tables[seq_id]
         self.num_tokens[seq_id] = len(hit) * self.block_size
         self.cached_upto[seq_id] = len(hit)
@@ -235,16 +242,27 @@ class BlockManager:
             if hashes[i] not in self.cached:
                 self.cached[hashes[i]], self.block_hash[table[i]] = table[i], hashes[i]
                 self.block_origin[table[i]] = (hashes[i - 1] if i else None, token_ids[i * size:(i + 1) * size])
+                self.block_stats[table[i]] = CachedBlock(table[i], depth=i, hits=0, last_used=self._released)
         self.cached_upto[seq_id] = max(self.cached_upto[seq_id], len(hashes))
 
     def _evict(self, needed: int) -> None:
-        """Until the free list has `needed` blocks, evict the least recently used cached block no table
-        holds: it loses its name (its slots will be overwritten) and joins the free list."""
+        """Until the free list has `needed` blocks, evict a cached block no table holds (the policy's
+        choice): it loses its name (its slots will be overwritten) and joins the free list."""
         while len(self.free_blocks) < needed and self.evictable:
-            block, _ = self.evictable.popitem(last=False)
+            block = self._eviction_choice()
+            del self.evictable[block]
             del self.cached[self.block_hash.pop(block)]
-            del self.block_origin[block]
+            del self.block_origin[block], self.block_stats[block]
             self.free_blocks.append(block)
+
+    def _eviction_choice(self) -> int:
+        if self.choose_eviction is None:
+            return next(iter(self.evictable))   # the least recently used
+        block = self.choose_eviction(tuple(self.block_stats[block] for block in self.evictable))
+        if type(block) is not int or block not in self.evictable:
+            raise ValueError(f"choose_eviction returned {block!r}: it must return the `block` of one of its "
+                             f"{len(self.evictable)} candidates (the cached blocks no table holds)")
+        return block
 
     def _park(self, blocks: list[int]) -> None:
         """Blocks that just reached ref count 0, in table order: unnamed ones go back on the free list,
@@ -254,6 +272,8 @@ class BlockManager:
         for block in reversed(blocks):
             if block in self.block_hash:
                 self.evictable[block] = None
+                self._released += 1
+                self.block_stats[block] = replace(self.block_stats[block], last_used=self._released)
 
     def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
         """Blocks the sequence must add to hold num_new_tokens more tokens."""
@@ -402,6 +422,7 @@ class BlockManager:
         assert not named, f"blocks {named} are on the free list with a prefix hash: eviction must drop it"
         unnamed = sorted(evictable - self.block_hash.keys())
         assert not unnamed, f"blocks {unnamed} are evictable but cached under no hash"
+        assert self.block_stats.keys() == self.block_hash.keys(), "block_stats and block_hash disagree"
         assert len(self.cached) == len(self.block_hash) and all(
             self.block_hash.get(block) == h for h, block in self.cached.items()), "cached and block_hash disagree"
         for block, h in self.block_hash.items():

@@ -104,12 +104,14 @@ TASKS = [
     Task(9, 1, "lesson09_serving", "stream_metrics", "TTFT, ITL, TPOT and e2e from a stream's chunk times"),
     Task(10, 1, "lesson10_prefix_cache", "block_hashes", "the chain hash of each full block"),
     Task(10, 2, "lesson10_prefix_cache", "longest_cached_prefix", "how many leading blocks the cache holds"),
+    Task(10, 3, "lesson10_prefix_cache", "choose_eviction", "which cached block to evict: more hits than LRU"),
 ]
 
 # The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks are
 # the methods of one class, which fills the `allocator` field. Lesson 06's choose_victim_for_latency, lesson
 # 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the benchmark client's, not the
-# engine's) are graded on their own.
+# engine's) are graded on their own, and so is lesson 10's choose_eviction: the lesson's figures are least
+# recently used's, and its task cell plugs yours in.
 FUNCTION_PARTS = ("schedule_running", "admit_waiting", "build_flat_batch", "paged_decode_attention", "choose_victim",
                   "should_swap", "chunk_size", "block_hashes", "longest_cached_prefix")
 ALLOCATOR_LESSON, ALLOCATOR_MODULE, ALLOCATOR_CLASS = 4, "lesson04_paged_kv", "PagedAllocator"

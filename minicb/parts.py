@@ -16,6 +16,7 @@ run your code.
     lesson 07  chunk_size(uncomputed, budget, step_is_empty, config) -> how many of a request's tokens run now
     lesson 10  block_hashes(token_ids, block_size, parent) -> the chain hash of each full block
                longest_cached_prefix(hashes, cached) -> how many leading blocks the prefix cache holds
+               choose_eviction(candidates) -> the cached block evicted next (None: the least recently used)
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch
 
 from minicb.batch import FlatBatch, build_flat_batch
 from minicb.block_manager import PagedAllocator
-from minicb.prefix_cache import block_hashes, longest_cached_prefix
+from minicb.prefix_cache import CachedBlock, block_hashes, longest_cached_prefix
 from minicb.request import Request
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.continuous import admit_waiting, schedule_running
@@ -45,3 +46,4 @@ class EngineParts:
     chunk_size: Callable[..., int] = chunk_size
     block_hashes: Callable[..., list[bytes]] = block_hashes
     longest_cached_prefix: Callable[..., int] = longest_cached_prefix
+    choose_eviction: Callable[[tuple[CachedBlock, ...]], int] | None = None

@@ -97,6 +97,34 @@ def test_allocation_takes_unnamed_blocks_first_then_evicts_least_recently_used()
     bm.check_invariants()
 
 
+def test_an_eviction_policy_chooses_among_the_cached_blocks_no_table_holds():
+    """Lesson 10's seam: the policy sees each evictable block's depth, hits and release clock, least recently
+    used first, and the block it returns is the one evicted; a block that is not a candidate is refused."""
+    offered = []
+
+    def the_first_block_first(candidates):
+        offered.append(candidates)
+        return min(candidates, key=lambda c: c.depth).block
+
+    bm, _, hashes = cached_manager(num_blocks=5)
+    bm.choose_eviction = the_first_block_first
+    a = list(bm.tables["a"])
+    bm.set_prefix_hit("b", a[:1])
+    bm.allocate("b", 1)   # a hit on a[0]
+    bm.free("b")
+    bm.free("a")   # a[1] is released before a[0], which b released already and a releases again
+    bm.allocate("c", 8)   # 4 blocks: the 3 unnamed free ones, then one eviction, the policy's, not LRU's a[1]
+    assert [[(c.block, c.depth, c.hits) for c in cs] for cs in offered] == [[(a[1], 1, 0), (a[0], 0, 1)]]
+    assert offered[0][0].last_used < offered[0][1].last_used
+    assert bm.cached == {hashes[1]: a[1]} and a[0] in bm.tables["c"] and list(bm.block_stats) == [a[1]]
+    bm.check_invariants()
+    bm, _, _ = cached_manager(num_blocks=3)
+    bm.choose_eviction = lambda candidates: 99
+    bm.free("a")
+    with pytest.raises(ValueError, match="choose_eviction returned 99: it must return the `block` of one of its 2"):
+        bm.allocate("c", 6)
+
+
 def test_a_cached_block_is_never_evicted_while_a_table_holds_it():
     bm, _, hashes = cached_manager(num_blocks=4)
     a = list(bm.tables["a"])

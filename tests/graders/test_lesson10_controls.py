@@ -1,0 +1,152 @@
+"""Negative controls for lesson 10's graders: plausible mistakes, each written as a learner would make it
+(minicb's reference, or the lesson's, with one thing broken), must fail the check of the rule they break,
+with that rule named; the reference passes every check."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from _pytest.outcomes import Failed
+
+# The checks live beside the exercise tests. No conftest.py here: pytest would import it as the module
+# `conftest`, shadowing tests/conftest.py for the tests that import from it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exercises"))
+from test_lesson10_prefix_cache import (  # noqa: E402
+    check_block_zero, check_engine, check_equal_names_iff_equal_prefixes, check_eviction_beats_lru,
+    check_eviction_contract, check_format, check_full_blocks_only, check_lookup, check_pieces, check_read_only,
+    check_the_parent_counts)
+
+from minicb import course  # noqa: E402
+from minicb.parts import EngineParts  # noqa: E402
+from minicb.prefix_cache import block_hashes, least_recently_used, longest_cached_prefix  # noqa: E402
+
+reference_eviction = course.lesson("lesson10_prefix_cache", "solutions").choose_eviction
+
+
+# --- task 1: block_hashes ---------------------------------------------------------------------------------
+
+def names_each_block_alone(token_ids, block_size, parent=None):
+    """Names a block by its own ids: equal blocks after different prefixes collide."""
+    return [block_hashes(token_ids[k:k + block_size], block_size)[0]
+            for k in range(0, len(token_ids) - block_size + 1, block_size)]
+
+
+def ignores_order_within_a_block(token_ids, block_size, parent=None):
+    """Sorts each block's ids before naming it: [1, 0] and [0, 1] get one name."""
+    whole = len(token_ids) // block_size * block_size
+    blocks = [sorted(token_ids[k:k + block_size]) for k in range(0, whole, block_size)]
+    return block_hashes([t for block in blocks for t in block], block_size, parent)
+
+
+def names_the_partial_block(token_ids, block_size, parent=None):
+    """Pads a partial last block with zeros and names it too."""
+    return block_hashes(token_ids + [0] * (-len(token_ids) % block_size), block_size, parent)
+
+
+def ignores_the_parent(token_ids, block_size, parent=None):
+    """Starts every call's chain afresh."""
+    return block_hashes(token_ids, block_size)
+
+
+def hex_names(token_ids, block_size, parent=None):
+    """Returns the hex of each digest, as bytes: 64 of them, not 32."""
+    return [h.hex().encode() for h in block_hashes(token_ids, block_size, parent)]
+
+
+# --- task 2: longest_cached_prefix ------------------------------------------------------------------------
+
+def counts_every_cached_hash(hashes, cached):
+    """Counts the cached names, those after a missing one included."""
+    return sum(h in cached for h in hashes)
+
+
+def stops_one_early(hashes, cached):
+    """Leaves the last cached block out of the hit."""
+    return max(0, longest_cached_prefix(hashes, cached) - 1)
+
+
+def takes_block_0_for_missing(hashes, cached):
+    """Tests cached.get(name) for truth: a name cached in block 0 reads as missing."""
+    return longest_cached_prefix(hashes, {h: block for h, block in cached.items() if block})
+
+
+def pops_what_it_finds(hashes, cached):
+    """Takes the hits out of the pool's map once counted."""
+    n = longest_cached_prefix(hashes, cached)
+    for h in hashes[:n]:
+        cached.pop(h)
+    return n
+
+
+# --- task 3: choose_eviction ------------------------------------------------------------------------------
+
+def returns_the_index(candidates):
+    """Returns where the chosen block is among the candidates, not the block."""
+    return [c.block for c in candidates].index(reference_eviction(candidates))
+
+
+def returns_the_candidate(candidates):
+    """Returns the CachedBlock itself."""
+    return next(c for c in candidates if c.block == reference_eviction(candidates))
+
+
+def evicts_the_most_reused(candidates):
+    """Counts hits the wrong way round: the hot prologues go first."""
+    return max(candidates, key=lambda c: (c.hits, c.depth, -c.last_used)).block
+
+
+def evicts_the_deepest(candidates):
+    """Only tails first: a cold prologue's head stays as long as a hot one's."""
+    return max(candidates, key=lambda c: (c.depth, -c.last_used)).block
+
+
+CONTROLS = [
+    (names_each_block_alone, check_equal_names_iff_equal_prefixes, "rule 2: equal names if and only if equal prefixes"),
+    (names_each_block_alone, check_format, "rule 4: the format"),
+    (ignores_order_within_a_block, check_equal_names_iff_equal_prefixes, "rule 2: equal names if and only if"),
+    (names_the_partial_block, check_full_blocks_only, "rule 1: only full blocks are named"),
+    (ignores_the_parent, check_the_parent_counts, "rule 2: the parent is part of the prefix"),
+    (ignores_the_parent, check_pieces, "rule 3: naming in pieces gives what naming in one go gives"),
+    (hex_names, check_full_blocks_only, r"rule 4: a list of sha256 digests, 32 bytes each"),
+    (counts_every_cached_hash, check_lookup, "rule 1: every block of the hit is cached"),
+    (stops_one_early, check_lookup, "rule 2: the hit is as long as the cache allows"),
+    (takes_block_0_for_missing, check_block_zero, "rule 3: presence is membership"),
+    (pops_what_it_finds, check_read_only, "the contract: longest_cached_prefix reads `hashes` and `cached`"),
+    (returns_the_index, check_eviction_contract, "rule 1: return the `block` of one of the candidates"),
+    (returns_the_candidate, check_eviction_contract, "rule 1: return the `block` of one of the candidates"),
+    (least_recently_used, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
+    (evicts_the_most_reused, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
+    (evicts_the_deepest, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
+]
+
+
+@pytest.mark.parametrize("wrong,check,rule", CONTROLS, ids=[f"{w.__name__}-{c.__name__}" for w, c, _ in CONTROLS])
+def test_a_plausible_mistake_fails_the_rule_it_breaks(wrong, check, rule):
+    with pytest.raises((AssertionError, Failed), match=rule):
+        check(wrong)
+
+
+REFERENCE = {block_hashes: (check_full_blocks_only, check_equal_names_iff_equal_prefixes, check_the_parent_counts,
+                            check_pieces, check_format),
+             longest_cached_prefix: (check_lookup, check_block_zero, check_read_only),
+             reference_eviction: (check_eviction_contract, check_eviction_beats_lru)}
+
+
+@pytest.mark.parametrize("reference,check", [(r, c) for r, checks in REFERENCE.items() for c in checks],
+                         ids=lambda x: getattr(x, "__name__", ""))
+def test_the_reference_passes(reference, check):
+    """Without this, a check that fails everything would pass every control."""
+    check(reference)
+
+
+def test_least_recently_used_as_a_policy_is_the_default():
+    """The baseline the outcome is measured against is what minicb runs: least_recently_used, given as a
+    policy, evicts as the block manager's own LRU order does."""
+    check_engine(EngineParts(choose_eviction=least_recently_used), "evicting")
+
+
+def test_an_unchained_name_fails_in_the_engine():
+    """Equal blocks after different prefixes share one name: the pool's check of each cached block's name fails."""
+    with pytest.raises(AssertionError, match="prefix hash is not the chain hash of the tokens it was cached with"):
+        check_engine(EngineParts(block_hashes=names_each_block_alone), "roomy")

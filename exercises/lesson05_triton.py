@@ -97,8 +97,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
     The contract: out (B, H, hd) in q's dtype, where out[b, h] = softmax(scale * q[b, h] . K^T) V over the
     positions 0 .. seq_lens[b] - 1 of sequence b, query head h reading KV head h // (H / n_kv) (GQA), to
-    fp32 rounding (the tests: 1e-5 relative) for contexts of any length and scores of any size. Nothing
-    outside a context counts or is read: the cache there may hold anything, NaN included.
+    the rounding of q's dtype (fp32: 1e-5 relative), for contexts of any length and scores of any size.
+    Nothing outside a context counts or is read: the cache there may hold anything, NaN included.
 
     Written for you: the launch of paged_decode_kernel over the grid (B, n_kv), whose program for
     (b, g) computes the rows of query heads g * H / n_kv ... (g + 1) * H / n_kv - 1 of sequence b.

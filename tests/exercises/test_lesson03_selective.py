@@ -43,6 +43,9 @@ PADDING_RULE = "slot_mapping: a chunk with write_kv False writes nothing: -1 in 
 LOGITS_RULE = ("logits_indices: for each chunk with needs_logits, the row whose hidden state predicts the "
                "sequence's next token: the chunk's last")
 MAX_RULE = "max_seqlen_q and max_seq_len: plain ints, the most rows of one chunk and the longest seq_len"
+FIELD_RULES = {"input_ids": INPUT_RULE, "positions": POSITION_RULE, "logits_indices": LOGITS_RULE,
+               "slot_mapping": f"slot_mapping: {SLOT_RULE}", "cu_seqlens_q": ROWS_RULE, "seq_lens": SEQ_LEN_RULE,
+               "block_tables": TABLE_RULE}
 DTYPES = {"input_ids": torch.int64, "positions": torch.int64, "logits_indices": torch.int64,
           "slot_mapping": torch.int64, "cu_seqlens_q": torch.int32, "seq_lens": torch.int32,
           "block_tables": torch.int32}
@@ -94,7 +97,8 @@ def check_flat_batch(build: Builder, chunks: list[SequenceChunk], block_size: in
         if tensor.dtype != DTYPES[name] or torch.device(tensor.device).type != torch.device(device).type:
             broken(f"{name}: {DTYPES[name]} on `device` ({device})", f"got {tensor.dtype} on {tensor.device}")
         if tensor.shape != expected.shape:
-            broken(f"{name}: shape {tuple(expected.shape)} for this step", f"got {tuple(tensor.shape)}")
+            broken(FIELD_RULES[name], f"{name} has shape {tuple(expected.shape)} for this step, got "
+                                      f"{tuple(tensor.shape)}")
     got = {name: tensor.tolist() for name, tensor in fields(batch).items()}
     ref = {name: tensor.tolist() for name, tensor in fields(want).items()}
     if got["cu_seqlens_q"] != ref["cu_seqlens_q"]:

@@ -51,8 +51,9 @@ def tile(head_dim: int, dtype: torch.dtype = torch.float32) -> int:
 class DecodeStep:
     """One decode step over a paged cache: B sequences, one query each. Blocks are shuffled over the
     pool, every slot outside a context is NaN (stale), and so are a block before and after the pool, where
-    a table's -1 or a read past the pool's end would land. rising_scores makes each key score higher than
-    the one before it (every tile raises the max); query_scale scales the queries, and so the scores."""
+    a table's -1 or a read past the pool's end would land. rising_scores adds p / 2 to the score of the key
+    at position p (for the first query head of each KV head), so every tile raises the running max;
+    query_scale scales the queries, and so the scores."""
     seq_lens: list[int]
     num_heads: int = 1
     num_kv_heads: int = 1
@@ -110,24 +111,22 @@ class DecodeStep:
                 f"{count(self.num_heads, 'query head')} over {count(self.num_kv_heads, 'KV head')}, head_dim "
                 f"{self.head_dim}, blocks of {self.block_size} (shuffled), {self.dtype}{extra}")
 
-    def contexts(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sequence b's keys and values, (n_kv, seq_len, hd) float64 each, read through its block table."""
-        return tuple(gather_context(cache.cpu().double(), self.block_tables[b], self.seq_lens[b]).transpose(0, 1)
-                     for cache in (self.k_cache, self.v_cache))
+    def contexts(self, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sequence b's query (H, 1, hd), keys and values (n_kv, seq_len, hd), float64, read through its table."""
+        keys, values = (gather_context(cache.cpu().double(), self.block_tables[b].cpu(), self.seq_lens[b])
+                        for cache in (self.k_cache, self.v_cache))
+        return self.q[b].cpu().double()[:, None], keys.transpose(0, 1), values.transpose(0, 1)
 
     def largest_score(self) -> float:
         group = self.num_heads // self.num_kv_heads
-        return max(float((self.q[b].double()[:, None] * self.contexts(b)[0].repeat_interleave(group, 0)).sum(-1)
-                         .abs().max()) * self.scale for b in range(len(self.seq_lens)))
+        scores = [(query * keys.repeat_interleave(group, 0)).sum(-1).abs().max() * self.scale
+                  for query, keys, _ in map(self.contexts, range(len(self.seq_lens)))]
+        return float(max(scores))
 
     def reference(self) -> torch.Tensor:
         """(B, H, hd) float64: SDPA over each sequence's gathered context."""
-        out = []
-        for b in range(len(self.seq_lens)):
-            keys, values = self.contexts(b)
-            out.append(F.scaled_dot_product_attention(self.q[b].double()[:, None], keys, values, scale=self.scale,
-                                                      enable_gqa=True)[:, 0])
-        return torch.stack(out)
+        return torch.stack([F.scaled_dot_product_attention(query, keys, values, scale=self.scale, enable_gqa=True)[:, 0]
+                            for query, keys, values in map(self.contexts, range(len(self.seq_lens)))])
 
     def run(self, kernel: Kernel) -> torch.Tensor:
         seq_lens = torch.tensor(self.seq_lens, dtype=torch.int32, device=DEVICE)
@@ -152,7 +151,7 @@ def check_output(rule: str, step: DecodeStep, out, tolerance: dict | None = None
     if not bad.any():
         return
     worst = error.nan_to_num(float("inf")).amax(-1)                              # (B, H)
-    heads = [(b, h) for b, h in bad.any(-1).nonzero().tolist()]
+    heads = bad.any(-1).nonzero().tolist()
     shown = "; ".join(f"sequence {b} head {h}: {'NaN' if error[b, h].isnan().any() else f'{worst[b, h]:.1e}'}"
                       for b, h in heads[:6])
     more = f" (and {len(heads) - 6} more)" if len(heads) > 6 else ""

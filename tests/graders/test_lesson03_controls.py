@@ -37,6 +37,11 @@ def samples_the_first_token(chunks: list[SequenceChunk], block_size: int, device
     return batch
 
 
+def samples_every_chunk(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """needs_logits is never read: a chunk in the middle of its prompt gets a logits row too."""
+    return build_flat_batch([dataclasses.replace(c, needs_logits=True) for c in chunks], block_size, device)
+
+
 def pads_tables_with_zeros(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
     """The block tables are laid into torch.zeros: their padding is block 0, a real block."""
     batch = build_flat_batch(chunks, block_size, device)
@@ -44,10 +49,10 @@ def pads_tables_with_zeros(chunks: list[SequenceChunk], block_size: int, device=
     return batch
 
 
-@pytest.mark.parametrize("builder,rule", [(ignores_num_cached, POSITION_RULE), (writes_padding, PADDING_RULE),
-                                          (samples_the_first_token, LOGITS_RULE),
-                                          (pads_tables_with_zeros, TABLE_RULE)],
-                         ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize("builder,rule", [
+    pytest.param(builder, rule, id=builder.__name__) for builder, rule in [
+        (ignores_num_cached, POSITION_RULE), (writes_padding, PADDING_RULE), (samples_the_first_token, LOGITS_RULE),
+        (samples_every_chunk, LOGITS_RULE), (pads_tables_with_zeros, TABLE_RULE)]])
 def test_a_wrong_builder_fails_the_rule_it_breaks(builder, rule):
     with pytest.raises(Failed, match="^" + re.escape(rule)):
         check_flat_batch_contract(builder)

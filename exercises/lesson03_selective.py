@@ -19,13 +19,12 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch
     row per new token of every chunk), and attention learns from `attn` which rows belong to which
     sequence and where their K/V live in the cache.
 
-    What it may read: the chunks and block_size alone.
-    chunks are the step's B sequences, in order; chunk i brings its sequence's new tokens (`token_ids`,
-    the last len(token_ids) tokens of its context), how many tokens of it the KV cache holds already
-    (`num_cached`), its cache blocks in order (`block_table`, each block_size positions long; it may list
-    more blocks than the context fills), whether a next token is sampled after the chunk
-    (`needs_logits`), and whether its K/V are kept (`write_kv`: False for padding, rows computed and
-    thrown away).
+    What it may read: the chunks and block_size alone. The chunks are the step's B sequences, in order;
+    chunk i brings its sequence's new tokens (`token_ids`, the last len(token_ids) tokens of its context),
+    how many tokens of it the KV cache holds already (`num_cached`), its cache blocks in order
+    (`block_table`, each block_size positions long; it may list more blocks than the context fills),
+    whether a next token is sampled after the chunk (`needs_logits`), and whether its K/V are kept
+    (`write_kv`: False for padding, rows computed and thrown away).
 
     The contract, which the tests check field by field on random steps:
     - input_ids (T,): the chunks' tokens, chunk i's in rows cu_seqlens_q[i] : cu_seqlens_q[i + 1],

@@ -15,25 +15,34 @@ from minicb.batch import FlatBatch, SequenceChunk
 
 
 def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch.device | str = "cpu") -> FlatBatch:
-    """One FlatBatch from the step's chunks, one chunk per sequence (B of them), in order. Chunk i
-    brings `token_ids` (its new tokens), `num_cached` (tokens already in the KV cache before them, so
-    its first new token sits at position num_cached), `block_table`, `needs_logits` and `write_kv`.
-    T is the total number of new tokens.
+    """The step's work as the tensors the model runs on: linear layers run on all T rows at once (one
+    row per new token of every chunk), and attention learns from `attn` which rows belong to which
+    sequence and where their K/V live in the cache.
 
-    - input_ids (T,) int64: every chunk's token_ids, concatenated in chunk order;
-    - positions (T,) int64: num_cached, num_cached + 1, ... for each chunk's tokens;
-    - attn = AttentionMetadata(...) with
-      - cu_seqlens_q (B+1,) int32: [0, len0, len0 + len1, ...], chunk i's rows are cu[i]:cu[i+1];
-      - seq_lens (B,) int32: num_cached + len(token_ids), the context after this step;
-      - block_tables (B, M) int32: each block_table, padded with -1 to the longest (M blocks);
-      - slot_mapping (T,) int64: token at position p of a sequence goes to
-        block_table[p // block_size] * block_size + p % block_size; -1 for every token of a chunk
-        whose write_kv is False (padding: computed, never stored);
-      - max_seqlen_q, max_seq_len: plain ints, the longest chunk's len(token_ids) and the largest
-        seq_len (kernels size their grids from them without reading the device);
-    - logits_indices (B',) int64: the row of each chunk's last token, for the chunks with needs_logits.
-    Every tensor is on `device`. Compute every field yourself: calling minicb's build_flat_batch (or
-    FlatBatch.build, the same) fails the task.
+    What it may read: the chunks and block_size alone. The chunks are the step's B sequences, in order;
+    chunk i brings its sequence's new tokens (`token_ids`, the last len(token_ids) tokens of its context),
+    how many tokens of it the KV cache holds already (`num_cached`), its cache blocks in order
+    (`block_table`, each block_size positions long; it may list more blocks than the context fills),
+    whether a next token is sampled after the chunk (`needs_logits`), and whether its K/V are kept
+    (`write_kv`: False for padding, rows computed and thrown away).
+
+    The contract, which the tests check field by field on random steps:
+    - input_ids (T,): the chunks' tokens, chunk i's in rows cu_seqlens_q[i] : cu_seqlens_q[i + 1],
+      chunk after chunk; cu_seqlens_q (B + 1,) starts at 0;
+    - positions (T,): each row's position in its own sequence, counting from the sequence's first
+      token (the rotary embedding reads it);
+    - seq_lens (B,): the context attention reads for each sequence, this step's tokens included;
+    - slot_mapping (T,): where each row's K/V is written, as a row of the cache viewed as
+      (num_blocks * block_size) slots: the slot that holds that position in the sequence's blocks. -1
+      for every row of a chunk whose write_kv is False: padding must never overwrite a cache slot;
+    - block_tables (B, M): row i is chunk i's block_table, the shorter ones padded with -1;
+    - logits_indices (B',): for each chunk with needs_logits, in chunk order, the row whose hidden
+      state predicts its sequence's next token (chunks without needs_logits have none);
+    - max_seqlen_q, max_seq_len: plain ints, the most rows of one chunk and the longest seq_len
+      (kernels size their grids from them without reading the device).
+    dtypes: int64 for input_ids, positions, slot_mapping and logits_indices; int32 for cu_seqlens_q,
+    seq_lens and block_tables; every tensor on `device`. Compute every field yourself: calling minicb's
+    build_flat_batch (or FlatBatch.build, the same) fails the task.
     """
     raise NotImplementedError("Lesson 03, task 1: build_flat_batch: the flat batch the model runs on. "
                               "Check it with: pytest tests/exercises -k lesson03_task1")

@@ -8,20 +8,20 @@ your kernel for every decode step with `attn_backend="triton"`.
 
 What is written for you, and what is yours. The host function, paged_decode_attention, is written: it
 checks the inputs, allocates the output and launches paged_decode_kernel over the grid (B, n_kv), one
-program per (sequence, KV head). In the kernel, the program's query heads (its rows), their query
-vectors, the running softmax state and the loop over the context in tiles of BLOCK_N positions are
-written too. Yours are the kernel's four TODOs:
-  1. load this tile's K and V through the block table;
-  2. the scores of every query head against every key of the tile, masked past the context's end;
-  3. the online-softmax update of the running max, sum and weighted values (all fp32);
-  4. after the loop, normalise and store the output.
-Then delete the NotImplementedError line at the top of paged_decode_attention, and check.
+program per (sequence, KV head). In the kernel, the program's rows (the query heads that read its KV
+head), their query vectors, the running softmax state and the loop over the context in tiles of BLOCK_N
+positions are written too. The kernel's TODOs are yours: each says what its values must be, not how to
+compute them. Then delete the NotImplementedError line at the top of paged_decode_attention, and check.
+What the whole must compute is paged_decode_attention's contract, in its docstring; the tests check
+each of its rules on a decode step of its own (a context of one tile, one that ends inside a tile,
+contexts of several tiles, scores too large for a plain exp, shuffled blocks, GQA, a batch, a head_dim
+that is not a power of two), then random steps, then Bard decoding past a tile's end.
 
 Helpers. kernels/minicb_kernels/tiles.py holds the reference's own versions of TODO 1 and TODO 3.
 load_context_tile (TODO 1) you may call: the block-table addressing is lesson 04's idea, and writing
 it again is three lines of pointer arithmetic (read it either way: a load past the context's end must
-be masked). online_softmax_update (TODO 3) you may not: the update is this lesson's idea, and the numpy
-cell in section 3 of the notebook is its template, line for line. Read decode.py, the reference
+be masked). online_softmax_update (TODO 3) you may not: keeping the running state right is this
+lesson's idea, which section 3 of the notebook works through in numpy. Read decode.py, the reference
 kernel, after yours passes (it adds split-KV for long contexts).
 
 Two rules of the road. Upcast every load to fp32 with .to(tl.float32): the interpreter mishandles
@@ -68,32 +68,37 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, seq_lens_ptr, 
     for tile_start in range(0, seq_len, BLOCK_N):
         positions = tile_start + tl.arange(0, BLOCK_N)              # (BLOCK_N,) context positions of this tile
 
-        # TODO 1: k and v, each (BLOCK_N, HEAD_PAD) fp32, for kv_head: position p is row p % BLOCK_SIZE of
-        #   block table[p // BLOCK_SIZE] (strides stride_cache_block/_slot/_head; the table's entries past the
-        #   context are not valid block ids). Load 0.0 for positions >= seq_len and columns >= HEAD_DIM.
-        #   (load_context_tile may do it for you: see the module's docstring.)
+        # TODO 1: k and v, each (BLOCK_N, HEAD_PAD) fp32: the keys and values of kv_head at this tile's
+        #   positions, read through the sequence's block table (lesson 04's layout; the cache's strides are
+        #   stride_cache_block, _slot and _head). Positions >= seq_len and columns >= HEAD_DIM must not be read
+        #   (past the context the table's entries need not be block ids and the cache holds stale values; past
+        #   HEAD_DIM lies the next head): 0.0 there. (load_context_tile may do it: see the module's docstring.)
 
-        # TODO 2: scores (GROUP_PAD, BLOCK_N) = scale * (q . k) for every row and key, and -inf for the keys
-        #   at positions >= seq_len (the last tile runs past the context's end).
+        # TODO 2: scores (GROUP_PAD, BLOCK_N): each row's query against each key of the tile, scaled by `scale`;
+        #   a key at a position >= seq_len (the last tile runs past the context's end) must get no weight.
 
-        # TODO 3: fold this tile into row_max, row_sum and acc: the new running max, the factor that
-        #   rescales the old sums, this tile's weights exp(scores - new max) (0 for a -inf score), then
-        #   row_sum and acc (acc gains weights @ v). tl.exp, tl.max(x, 1), tl.maximum and tl.sum(x, 1) help.
+        # TODO 3: fold this tile into row_max, row_sum and acc, so that after it they are what their comments
+        #   above say, over every key seen so far, for any scores (they may be far too large for a plain exp).
 
-    # TODO 4: out = acc / row_sum, cast to the output's dtype (out_ptr.dtype.element_ty), stored at
-    #   out[seq, heads, dims] (strides stride_ob, stride_oh) for the real rows and columns only (row_mask).
+    # TODO 4: store out[seq, heads, dims] (strides stride_ob, stride_oh) for the real rows and columns only
+    #   (row_mask): each row's softmax-weighted sum of the values, in the output's dtype (out_ptr.dtype.element_ty).
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
                            block_tables: torch.Tensor, max_seq_len: int, scale: float,
                            num_splits: int | None = None) -> torch.Tensor:
-    """Decode attention for B sequences, one new query token each, in one kernel launch.
+    """Decode attention for B sequences, one new query token each, in one kernel launch: what every
+    decode step of the engine computes in every layer, with the triton backend.
 
-    q (B, H, hd); caches (num_blocks, block_size, n_kv, hd) already holding every context token,
-    the new one included; seq_lens (B,) int32 context lengths; block_tables (B, M) int32. Returns
-    out (B, H, hd) in q's dtype: for each sequence b and head h, softmax(scale * q[b, h] . K^T) V over
-    positions 0 .. seq_lens[b] - 1, where position p lives at row p % block_size of block
-    block_tables[b, p // block_size], and query head h reads KV head h // (H / n_kv) (GQA).
+    What it may read: q (B, H, hd), the new tokens' queries; the caches (num_blocks, block_size, n_kv, hd),
+    already holding every context token, the new one included; seq_lens (B,) int32, the context lengths;
+    block_tables (B, M) int32, each sequence's blocks in order (position p lives at row p % block_size of
+    block block_tables[b, p // block_size]; entries past a context's blocks may be -1); scale.
+
+    The contract: out (B, H, hd) in q's dtype, where out[b, h] = softmax(scale * q[b, h] . K^T) V over the
+    positions 0 .. seq_lens[b] - 1 of sequence b, query head h reading KV head h // (H / n_kv) (GQA), to
+    the rounding of q's dtype (fp32: 1e-5 relative), for contexts of any length and scores of any size.
+    Nothing outside a context counts or is read: the cache there may hold anything, NaN included.
 
     Written for you: the launch of paged_decode_kernel over the grid (B, n_kv), whose program for
     (b, g) computes the rows of query heads g * H / n_kv ... (g + 1) * H / n_kv - 1 of sequence b.

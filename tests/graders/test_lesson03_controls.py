@@ -1,0 +1,64 @@
+"""Negative controls for lesson 03's grader: plausible wrong builders, each minicb's own with one
+learner's mistake, must each fail the contract naming the rule it breaks."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from _pytest.outcomes import Failed
+
+from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
+
+# The graders are tests/exercises' modules, on sys.path only once pytest collects a test there. (A conftest.py
+# here could add it, but would replace tests/conftest.py as the module `conftest` that tests import from.)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exercises"))
+from test_lesson03_selective import (  # noqa: E402
+    LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_engine_outcome, check_flat_batch_contract)
+
+
+def ignores_num_cached(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """Every chunk is taken for a whole prompt: its positions (and slots, and seq_len) start at 0."""
+    return build_flat_batch([dataclasses.replace(c, num_cached=0) for c in chunks], block_size, device)
+
+
+def writes_padding(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """write_kv is never read: padding rows get their slots like any others."""
+    return build_flat_batch([dataclasses.replace(c, write_kv=True) for c in chunks], block_size, device)
+
+
+def samples_the_first_token(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """The logits row of a chunk is where it starts, not where it ends."""
+    batch = build_flat_batch(chunks, block_size, device)
+    starts = batch.attn.cu_seqlens_q[:-1].long()
+    batch.logits_indices = starts[[c.needs_logits for c in chunks]].to(device)
+    return batch
+
+
+def samples_every_chunk(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """needs_logits is never read: a chunk in the middle of its prompt gets a logits row too."""
+    return build_flat_batch([dataclasses.replace(c, needs_logits=True) for c in chunks], block_size, device)
+
+
+def pads_tables_with_zeros(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """The block tables are laid into torch.zeros: their padding is block 0, a real block."""
+    batch = build_flat_batch(chunks, block_size, device)
+    batch.attn.block_tables = batch.attn.block_tables.clamp(min=0)
+    return batch
+
+
+@pytest.mark.parametrize("builder,rule", [
+    pytest.param(builder, rule, id=builder.__name__) for builder, rule in [
+        (ignores_num_cached, POSITION_RULE), (writes_padding, PADDING_RULE), (samples_the_first_token, LOGITS_RULE),
+        (samples_every_chunk, LOGITS_RULE), (pads_tables_with_zeros, TABLE_RULE)]])
+def test_a_wrong_builder_fails_the_rule_it_breaks(builder, rule):
+    with pytest.raises(Failed, match="^" + re.escape(rule)):
+        check_flat_batch_contract(builder)
+
+
+def test_the_engine_names_the_rule_at_the_seam_not_a_token_mismatch():
+    with pytest.raises(Failed, match="^" + re.escape(f"{POSITION_RULE}. chunk 0 (1 new after")):
+        check_engine_outcome(ignores_num_cached, "chunked prefill")
+

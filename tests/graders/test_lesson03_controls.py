@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
-from pathlib import Path
 
 import pytest
 from _pytest.outcomes import Failed
 
 from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
 
-# The graders are tests/exercises' modules, on sys.path only once pytest collects a test there. (A conftest.py
-# here could add it, but would replace tests/conftest.py as the module `conftest` that tests import from.)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exercises"))
-from test_lesson03_selective import (  # noqa: E402
+from test_lesson03_selective import (
     LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_engine_outcome, check_flat_batch_contract)
 
 

@@ -2,18 +2,11 @@
 and each must fail the grader of its task with the rule it breaks, by name. They run on no learner code."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from minicb.block_manager import PagedAllocator
 
-# The graders live in tests/exercises, which pytest puts on sys.path only for its own test files. (Not in a
-# conftest.py here: pytest imports every conftest.py as the module `conftest`, and this one would then hide
-# tests/conftest.py from the tests that import from it.)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exercises"))
-from test_lesson04_paged_kv import (ENGINES, check_allocate_contract, check_append_contract,  # noqa: E402
+from test_lesson04_paged_kv import (ENGINES, check_allocate_contract, check_append_contract,
                                     check_free_contract, graded, serve_and_check, serve_with_prefix_caching)
 
 # --- task 1: can_allocate, allocate ---------------------------------------------------------------

@@ -3,23 +3,17 @@
 with that rule named; the reference passes every check."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from _pytest.outcomes import Failed
 
-# The checks live beside the exercise tests. No conftest.py here: pytest would import it as the module
-# `conftest`, shadowing tests/conftest.py for the tests that import from it.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exercises"))
-from test_lesson10_prefix_cache import (  # noqa: E402
+from test_lesson10_prefix_cache import (
     check_block_zero, check_engine, check_equal_names_iff_equal_prefixes, check_eviction_beats_lru,
     check_eviction_contract, check_format, check_full_blocks_only, check_lookup, check_pieces, check_read_only,
     check_the_parent_counts)
 
-from minicb import course  # noqa: E402
-from minicb.parts import EngineParts  # noqa: E402
-from minicb.prefix_cache import block_hashes, least_recently_used, longest_cached_prefix  # noqa: E402
+from minicb import course
+from minicb.parts import EngineParts
+from minicb.prefix_cache import block_hashes, least_recently_used, longest_cached_prefix
 
 reference_eviction = course.lesson("lesson10_prefix_cache", "solutions").choose_eviction
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
@@ -79,3 +80,14 @@ def described(views) -> str:
     """Request views in words, for a failure message."""
     return "; ".join(f"{v.request_id} (priority {v.priority}, arrived at {v.arrival_time:g} as #{v.arrival_index}, "
                      f"{v.num_computed_tokens} of {v.num_tokens} tokens computed)" for v in views)
+
+
+def contract_test(decision, check, examples: int, **strategies):
+    """A test of a decision's contract on random cases: check(decision(), **case) for each case the
+    strategies draw. Hypothesis shrinks a failure to its smallest case and reports that one alone. decision
+    is called for each run, so that a negative control can hand in another function."""
+    @settings(max_examples=examples, report_multiple_bugs=False)
+    @given(**strategies)
+    def contract(**case):
+        check(decision(), **case)
+    return contract

@@ -6,8 +6,7 @@ minicb's own parts give. tests/graders/test_lesson06_controls.py checks that wro
 from __future__ import annotations
 
 import pytest
-from grading import answer, decisions, described, run_both
-from hypothesis import given, settings
+from grading import answer, contract_test, decisions, described, run_both
 from hypothesis import strategies as st
 
 from minicb import course
@@ -58,11 +57,7 @@ def check_choose_victim(choose, running: tuple[RequestView, ...]) -> None:
 
 
 def choose_victim_contract(choose):
-    @settings(max_examples=120, report_multiple_bugs=False)
-    @given(running=running_views())
-    def contract(running):
-        check_choose_victim(choose(), running)
-    return contract
+    return contract_test(choose, check_choose_victim, 120, running=running_views())
 
 
 test_lesson06_task1_the_contract_on_random_cases = choose_victim_contract(lambda: mine.choose_victim)
@@ -104,13 +99,16 @@ COST = PreemptionCost(recompute_fixed=1e-3, recompute_per_token=1e-4, recompute_
 
 
 @st.composite
-def swap_cases(draw):
-    """(victim, mode, cost): costs from small integers (in ms), so that exact ties between the two happen."""
+def victims(draw) -> RequestView:
     prompt, output = draw(st.integers(1, 600)), draw(st.integers(0, 300))
-    victim = RequestView("v", 0, 0.0, 0, prompt, output, draw(st.integers(0, prompt + output)), output + 1)
+    return RequestView("v", 0, 0.0, 0, prompt, output, draw(st.integers(0, prompt + output)), output + 1)
+
+
+@st.composite
+def costs(draw) -> PreemptionCost:
+    """Prices from small integers (in ms), so that exact ties between the two happen."""
     ms = st.integers(0, 8).map(lambda x: x * 1e-3)
-    cost = PreemptionCost(draw(ms), draw(ms) / 64, draw(st.sampled_from([0.0, 1e-6, 4e-6])), draw(ms), draw(ms) / 64)
-    return victim, draw(st.sampled_from(["recompute", "swap", "auto"])), cost
+    return PreemptionCost(draw(ms), draw(ms) / 64, draw(st.sampled_from([0.0, 1e-6, 4e-6])), draw(ms), draw(ms) / 64)
 
 
 def check_should_swap(decide, victim: RequestView, mode: str, cost: PreemptionCost) -> None:
@@ -129,11 +127,8 @@ def check_should_swap(decide, victim: RequestView, mode: str, cost: PreemptionCo
 
 
 def should_swap_contract(decide):
-    @settings(max_examples=200, report_multiple_bugs=False)
-    @given(case=swap_cases())
-    def contract(case):
-        check_should_swap(decide(), *case)
-    return contract
+    return contract_test(decide, check_should_swap, 200, victim=victims(),
+                         mode=st.sampled_from(["recompute", "swap", "auto"]), cost=costs())
 
 
 test_lesson06_task2_the_contract_on_random_cases = should_swap_contract(lambda: mine.should_swap)

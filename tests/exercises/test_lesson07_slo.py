@@ -1,8 +1,7 @@
 """Lesson 07's tasks, graded on the implementation MINICB_IMPL picks (make test: the solutions)."""
 from __future__ import annotations
 
-from grading import answer, run_both
-from hypothesis import given, settings
+from grading import answer, contract_test, run_both
 from hypothesis import strategies as st
 
 from minicb import course
@@ -42,12 +41,9 @@ def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, 
 
 
 def chunk_size_contract(decide):
-    @settings(max_examples=300, report_multiple_bugs=False)
-    @given(uncomputed=st.integers(1, 300), budget=st.integers(-4, 300), step_is_empty=st.booleans(),
-           chunked=st.booleans(), threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
-    def contract(uncomputed, budget, step_is_empty, chunked, threshold):
-        check_chunk_size(decide(), uncomputed, budget, step_is_empty, chunked, threshold)
-    return contract
+    return contract_test(decide, check_chunk_size, 300, uncomputed=st.integers(1, 300), budget=st.integers(-4, 300),
+                         step_is_empty=st.booleans(), chunked=st.booleans(),
+                         threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
 
 
 test_lesson07_task1_the_contract_on_random_cases = chunk_size_contract(lambda: mine.chunk_size)

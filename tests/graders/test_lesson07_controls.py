@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_lesson07_slo import chunk_size_contract
+from test_lesson07_slo import check_meets_slo, chunk_size_contract
 
 from minicb.scheduler.chunking import chunk_size
 
@@ -51,3 +51,14 @@ def test_a_wrong_chunk_size_fails_its_contract(wrong, rule):
 
 def test_the_reference_passes():
     chunk_size_contract(lambda: chunk_size)()
+
+
+@pytest.mark.parametrize("config,rule", [
+    ({}, "p99 time to first token is over the target"),
+    (dict(enable_chunked_prefill=True, max_num_batched_tokens=128), "p99 time to first token is over the target"),
+    (dict(max_num_seqs=64, max_waiting=16), "p99 inter-token latency is over the target"),
+])
+def test_a_configuration_that_fixes_one_cause_only_misses_the_slo(config, rule):
+    """The default; short steps without a bound on the queue; a bounded queue with long prompts unchunked."""
+    with pytest.raises(AssertionError, match=rule):
+        check_meets_slo(config)

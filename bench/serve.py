@@ -30,8 +30,8 @@ import httpx
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.bench_client import run_benchmark
-from minicb.server_process import start_server
+from minicb.serve.bench_client import run_benchmark
+from minicb.serve.server_process import start_server
 from minicb.workload import make_workload
 
 SWEEP = (0.25, 0.5, 1.0, 1.5, 2.0)

@@ -36,7 +36,7 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
 
 
 def slo_config() -> dict:
-    """EngineConfig overrides that meet minicb.slo.SloTarget() on minicb.slo.slo_workload(). The
+    """EngineConfig overrides that meet minicb.goodput.SloTarget() on minicb.slo.slo_workload(). The
     knobs that matter: max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
     long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s."""
     raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO. "

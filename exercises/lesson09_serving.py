@@ -1,14 +1,14 @@
-"""Lesson 09: serving over HTTP, measured from the client's side. A benchmark client (minicb.bench_client)
+"""Lesson 09: serving over HTTP, measured from the client's side. A benchmark client (minicb.serve.bench_client)
 sends requests to an OpenAI-compatible server and stamps each streamed chunk as it arrives; your function
 turns one request's stamps into its latencies.
 
 Task 1  stream_metrics   pytest tests/exercises -k lesson09_task1
 
-`minicb.bench_client.run_benchmark(url, rate, n, metrics=mine.stream_metrics)` measures a server with yours.
+`minicb.serve.bench_client.run_benchmark(url, rate, n, metrics=mine.stream_metrics)` measures a server with yours.
 """
 from __future__ import annotations
 
-from minicb.client_metrics import StreamMetrics
+from minicb.serve.client_metrics import StreamMetrics
 
 
 def stream_metrics(send_time: float, chunks: list[tuple[float, int]]) -> StreamMetrics:

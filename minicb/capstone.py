@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from numbers import Real
 
 from minicb.config import EngineConfig
-from minicb.slo import SloReport, SloTarget, grade_slo, slo_workload
+from minicb.goodput import SloTarget
+from minicb.slo import SloReport, grade_slo, slo_workload
 from minicb.workload import WorkloadRequest
 
 GRADING_SEEDS = tuple(range(1000, 1010))   # ten: more than the practice seeds, so a lower edge among them is likely

@@ -1,5 +1,5 @@
 """`python -m minicb generate|demo`: the course's engine from a terminal, no notebook needed;
-`python -m minicb serve`: an OpenAI-compatible server (minicb/api_server.py), and `python -m minicb bench serve`
+`python -m minicb serve`: an OpenAI-compatible server (minicb/serve/api_server.py), and `python -m minicb bench serve`
 to measure one; `python -m minicb progress`: where you stand in the course's tasks."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from minicb.llm import LLM
 from minicb.metrics import summarize
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.viz.loadcurve import plot_rate_sweep
 from minicb.viz.text import occupancy_chart
 from minicb.workload import make_workload, run_workload
 
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="only this lesson's tasks (repeat for more; default: all)")
     add_serve_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
-    # Its flags belong to minicb/bench_client.py, which parses the rest of the command line itself.
+    # Its flags belong to minicb/serve/bench_client.py, which parses the rest of the command line itself.
     bench.add_parser("serve", add_help=False, help="load a running `minicb serve` and report its latencies")
     args, rest = ap.parse_known_args(argv)
     if rest and args.command != "bench":
@@ -156,16 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "progress":
         return show_progress(args.lesson)
     if args.command == "serve":
-        from minicb.api_server import serve   # FastAPI and uvicorn load only for the server
+        from minicb.serve.api_server import serve   # FastAPI and uvicorn load only for the server
 
         return serve(args)
     if args.command == "bench":
-        from minicb import bench_client
+        from minicb.serve import bench_client
 
         bench_parser = argparse.ArgumentParser(prog="python -m minicb bench serve",
                                                description="benchmark a running minicb (or vLLM) server")
         bench_client.add_arguments(bench_parser)
-        return bench_client.run(bench_parser.parse_args(rest))
+        return bench_client.run(bench_parser.parse_args(rest), plot_sweep=plot_rate_sweep)
 
     try:
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

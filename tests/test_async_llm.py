@@ -9,8 +9,8 @@ from contextlib import aclosing
 
 import pytest
 
-from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
 from minicb.sampling import SamplingParams
+from minicb.serve.async_llm import AsyncLLM, EngineClosed, EngineError
 
 PROMPT = "ROMEO.\n"
 LONG = SamplingParams(max_tokens=500, ignore_eos=True)

@@ -1,4 +1,4 @@
-"""The benchmark client (minicb.bench_client): its aggregation on made-up records, its reading of a stream
+"""The benchmark client (minicb.serve.bench_client): its aggregation on made-up records, its reading of a stream
 on canned responses, and whole runs against a real `python -m minicb serve`."""
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import socket
 
 import httpx
 import pytest
-from minicb.server_process import start_server
 
-from minicb import bench_client as bc
 from minicb.cli import main
-from minicb.client_metrics import stream_metrics
-from minicb.slo import RequestSlo, SloTarget
+from minicb.goodput import RequestSlo, SloTarget
+from minicb.serve import bench_client as bc
+from minicb.serve.client_metrics import stream_metrics
+from minicb.serve.server_process import start_server
+from minicb.viz.loadcurve import plot_rate_sweep
 
 
 def record(outcome: str = bc.COMPLETED, chunks: list[tuple[float, int]] | None = None, send: float = 0.0,
@@ -158,13 +159,13 @@ def test_a_connection_error_is_a_failure_not_a_crash():
 def test_the_sweep_plot_draws_latency_and_throughput_against_the_rate(tmp_path):
     summary = bc.summarize_records(RECORDS, 2.0, SloTarget().per_request())
     results = [bc.BenchResult({"rate": rate}, 2.0, summary, RECORDS) for rate in (4.0, 1.0, 2.0)]
-    fig = bc.plot_rate_sweep(results)
+    fig = plot_rate_sweep(results)
     assert [ax.get_title() for ax in fig.axes] == ["time to first token", "inter-token latency", "throughput"]
     assert list(fig.axes[0].lines[0].get_xdata()) == [1.0, 2.0, 4.0]
     fig.savefig(tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="sweep finite rates"):
-        bc.plot_rate_sweep([*results, bc.BenchResult({"rate": None}, 2.0, summary, RECORDS)])
+        plot_rate_sweep([*results, bc.BenchResult({"rate": None}, 2.0, summary, RECORDS)])
 
 
 # --- whole runs against a real `python -m minicb serve` -------------------------------------------------

@@ -1,4 +1,7 @@
-"""The project has no import circle: minicb's modules import one another one way only.
+"""The project has no import circle: minicb's modules import one another one way only. And its layers
+import downwards only: the core (the engine and everything it is built from) never imports the serving
+front (minicb/serve/), the views (minicb/viz/) or the course machinery (the lessons' seam, graders and
+CLI); the serving front may import the core, never the views or the course.
 
 The graph is read from the source (ast), not from a running interpreter, so it holds every import
 statement wherever it is: at the top of a module, inside a function (a late import does not break a
@@ -12,6 +15,7 @@ import name` (name not a module) is an edge to minicb.a.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,16 +55,22 @@ def imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, k
     return found
 
 
-def import_graph(modules: dict[str, Path]) -> Edges:
+def import_statements(modules: dict[str, Path]) -> Iterator[tuple[str, str, int, str]]:
+    """(module, module it imports, line, the statement's text) for every import of one known module by another."""
     known = set(modules)
-    graph: Edges = {}
     for module, path in modules.items():
-        edges = graph.setdefault(module, {})
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source, str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in imported(node, module, path.name == "__init__.py", known):
                     if target != module:
-                        edges.setdefault(target, node.lineno)
+                        yield module, target, node.lineno, ast.get_source_segment(source, node)
+
+
+def import_graph(modules: dict[str, Path]) -> Edges:
+    graph: Edges = {module: {} for module in modules}
+    for module, target, line, _ in sorted(import_statements(modules), key=lambda s: s[2]):
+        graph[module].setdefault(target, line)
     return graph
 
 
@@ -166,3 +176,71 @@ def test_the_checker_finds_circles_through_late_relative_and_from_imports(tmp_pa
     assert strongly_connected(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]   # pkg/__init__ is not in it
     [found] = circles(tmp_path, "pkg")
     assert found.startswith("pkg.a -> pkg.b -> pkg.sub.c -> pkg.a\n") and "pkg/b.py:2" in found
+
+
+# --- layers ---------------------------------------------------------------------------------------------
+
+# Modules (or packages) of the package, by their names inside it, that are course machinery: the lessons' seam,
+# their graders and design tasks, and the command line that shows a learner's progress.
+COURSE = ("course", "progress", "capstone", "slo", "victims", "cli", "__main__")
+SERVE, VIZ = "serve", "viz"
+# What each layer must never import; the views and the course machinery may import anything below them.
+FORBIDDEN = {"core": ("serve", "viz", "course"), "serve": ("viz", "course")}
+
+
+def layer(module: str) -> str:
+    """A module's layer, by its top-level name inside the package (the package itself is core)."""
+    top = module.split(".")[1] if "." in module else ""
+    if top == SERVE:
+        return "serve"
+    if top == VIZ:
+        return "viz"
+    return "course" if top in COURSE else "core"
+
+
+def wrong_way_imports(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+    """Each import that runs against the layers: where it is, the statement, and the rule it breaks."""
+    modules = find_modules(root, package)
+    found = []
+    for module, target, line, statement in import_statements(modules):
+        source, destination = layer(module), layer(target)
+        if destination in FORBIDDEN.get(source, ()):
+            found.append(f"{modules[module].relative_to(root)}:{line}: `{statement}`: {module} is {source}, and "
+                         f"{source} never imports {destination} ({target})")
+    return sorted(found)
+
+
+def test_the_core_never_imports_serve_viz_or_the_course_and_serve_never_imports_viz_or_the_course():
+    found = wrong_way_imports()
+    assert not found, "imports against the layers (move the code to the layer that needs it):\n" + "\n".join(found)
+
+
+def test_the_layers_name_modules_that_exist():
+    """A name left behind by a move would put the moved module in the core, where the rules pass it unseen."""
+    tops = {module.split(".")[1] for module in find_modules() if "." in module}
+    missing = sorted(set(COURSE + (SERVE, VIZ)) - tops)
+    assert not missing, f"the layers name {', '.join(f'minicb.{name}' for name in missing)}, which is not there"
+    assert layer("minicb") == layer("minicb.engine") == layer("minicb.scheduler.continuous") == "core"
+    assert (layer("minicb.serve.async_llm"), layer("minicb.viz.playground"), layer("minicb.cli")) == \
+        ("serve", "viz", "course")
+
+
+def test_the_layer_checker_finds_late_type_checking_and_relative_imports_the_wrong_way(tmp_path):
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/engine.py": "def late():\n    from pkg.serve import api\n",
+        "pkg/metrics.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.viz import draw\n",
+        "pkg/serve/__init__.py": "",
+        "pkg/serve/api.py": "from pkg import engine\nfrom .. import course\n",
+        "pkg/viz/__init__.py": "",
+        "pkg/viz/draw.py": "import pkg.serve.api\nimport pkg.course\n",
+        "pkg/course.py": "from pkg.engine import late\nfrom pkg.viz import draw\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = wrong_way_imports(tmp_path, "pkg")
+    assert [line.split(": ")[0] for line in found] == ["pkg/engine.py:2", "pkg/metrics.py:3", "pkg/serve/api.py:2"]
+    assert found[0].endswith("`from pkg.serve import api`: pkg.engine is core, and core never imports serve "
+                             "(pkg.serve.api)")
+    assert "core never imports viz" in found[1] and "serve never imports course" in found[2]

@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from conftest import TINY, save_random_checkpoint
-from minicb.async_llm import AsyncLLM
 from minicb.engine import PoolTooSmallWarning
 from minicb.llm import LLM
 from minicb.model.loader import BARD_PATH
 from minicb.sampling import SamplingParams
-from minicb.server_process import start_server
+from minicb.serve.async_llm import AsyncLLM
+from minicb.serve.server_process import start_server
 
 LONG_CONTEXT = 2**20
 KV_BYTES_PER_TOKEN = TINY["num_hidden_layers"] * 2 * TINY["num_key_value_heads"] * (

@@ -10,9 +10,9 @@ import pytest
 
 import minicb.viz.playground as pg_module
 from minicb.engine import LLMEngine
+from minicb.goodput import SloTarget
 from minicb.hardware import PRESETS
 from minicb.metrics import summarize
-from minicb.slo import SloTarget
 from minicb.trace import DECODE, PREFILL
 from minicb.viz import Playground, PlaygroundSettings, knee, load_curve, playground_run, plot_load_curve, render_result
 from minicb.viz.playground import FIGURES, playground_workload, render_seat_strip, serve

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import save_random_checkpoint, tiny_hf_config
 from minicb.sampling import SamplingParams
-from minicb.server_process import ServerProcess, start_server
+from minicb.serve.server_process import ServerProcess, start_server
 
 PROMPT = "ROMEO.\n"
 LONG = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}   # outlasts any test's wait

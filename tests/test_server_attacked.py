@@ -18,9 +18,9 @@ import httpx
 import pytest
 import uvicorn
 
-from minicb.api_server import build_app
-from minicb.async_llm import AsyncLLM
-from minicb.server_process import metric, start_server
+from minicb.serve.api_server import build_app
+from minicb.serve.async_llm import AsyncLLM
+from minicb.serve.server_process import metric, start_server
 
 PROMPT = "ROMEO.\n"
 LONG = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}   # outlasts any test's wait

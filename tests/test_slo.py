@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from minicb.goodput import RequestSlo, SloTarget, goodput
 from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
-from minicb.slo import RequestSlo, SloTarget, goodput, grade_slo, slo_workload
+from minicb.slo import grade_slo, slo_workload
 
 
 def test_the_default_configuration_misses_both_targets():

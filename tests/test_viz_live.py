@@ -7,9 +7,9 @@ import time
 import httpx
 import pytest
 
+from minicb.serve.server_process import start_server
 from minicb.trace import StepRecord
 from minicb.viz import ServerSeats, render_seats
-from minicb.server_process import start_server
 
 
 @pytest.fixture(scope="module")

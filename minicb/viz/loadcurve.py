@@ -2,15 +2,23 @@
 
 Below the knee, queues are short and p99 TTFT is a few steps; past it, arrivals outpace service, the queue
 grows for the whole run and p99 TTFT climbs with it, while goodput stops rising and then falls.
+plot_rate_sweep draws the same against a real server, from the benchmark client's sweep (lesson 09).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import TYPE_CHECKING
 
 from minicb.hardware import HardwarePreset
 from minicb.parts import EngineParts
 from minicb.viz.figures import image_figure
 from minicb.viz.playground import PlaygroundSettings, playground_run
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from minicb.serve.bench_client import BenchResult
 
 
 def load_curve(settings: PlaygroundSettings, preset: HardwarePreset, rates: list[float],
@@ -60,4 +68,31 @@ def plot_load_curve(points: list[dict], title: str | None = None):
     fig.legend(lines + more, labels + more_labels, loc="outside lower center", ncols=3, fontsize=8)
     if title:
         ax.set_title(title)
+    return fig
+
+
+def plot_rate_sweep(results: list[BenchResult]) -> Figure:
+    """Latency against load: p50 and p99 TTFT and ITL, and request throughput and goodput, against the
+    offered rate. A matplotlib Figure that Jupyter shows as a PNG and savefig writes without a display."""
+    if any(r.config["rate"] is None for r in results):
+        raise ValueError("a rate of inf (all at once) has no place on a rate axis; sweep finite rates to plot")
+    results = sorted(results, key=lambda r: r.config["rate"])
+    rates = [r.config["rate"] for r in results]
+    fig = image_figure(figsize=(12, 3.8), layout="constrained")
+    ttft, itl, rps = fig.subplots(1, 3)
+    for ax, key, title in ((ttft, "ttft", "time to first token"), (itl, "itl", "inter-token latency")):
+        for p, style in (("p50", "o-"), ("p99", "s--")):
+            ax.plot(rates, [math.nan if r.summary[key][p] is None else r.summary[key][p] for r in results], style,
+                    label=p)
+        target = results[0].summary["slo"][f"{key}_s"]
+        if target is not None:
+            ax.axhline(target, color="gray", linewidth=1, linestyle=":", label="SLO")
+        ax.set(title=title, xlabel="offered rate (req/s)", ylabel="seconds", yscale="log")
+    rps.plot(rates, rates, ":", color="gray", label="offered")
+    rps.plot(rates, [r.summary["request_throughput"] for r in results], "o-", label="completed")
+    rps.plot(rates, [r.summary["goodput"] for r in results], "s-", label="goodput (within the SLO)")
+    rps.set(title="throughput", xlabel="offered rate (req/s)", ylabel="requests per second")
+    for ax in (ttft, itl, rps):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
     return fig

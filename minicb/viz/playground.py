@@ -22,12 +22,12 @@ from typing import Any, Callable
 
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
+from minicb.goodput import SloTarget, goodput, meets
 from minicb.hardware import PRESETS, HardwarePreset
 from minicb.metrics import summarize
 from minicb.parts import EngineParts
 from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
 from minicb.sampling import SamplingParams
-from minicb.slo import SloTarget, goodput, meets
 from minicb.trace import DECODE, PREFILL, Trace
 from minicb.viz.draw import EMPTY_FILL, PALETTE, darker, svg, text
 from minicb.viz.figures import widget_bundle

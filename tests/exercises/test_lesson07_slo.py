@@ -6,8 +6,9 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.config import EngineConfig
+from minicb.goodput import SloTarget
 from minicb.parts import EngineParts
-from minicb.slo import SloTarget, grade_slo
+from minicb.slo import grade_slo
 
 mine = course.lesson("lesson07_slo")
 

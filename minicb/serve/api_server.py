@@ -13,7 +13,7 @@ answered 503 with Retry-After, streaming or not. A client that disconnects takes
 queued one leaves the queue at once, a running one is aborted and its KV blocks are free by the next step.
 The HTTP layer schedules nothing; AsyncLLM does.
 
-What one client may cost is bounded (minicb/http_limits.py): a body over --max-request-body-mb is refused
+What one client may cost is bounded (minicb/serve/http_limits.py): a body over --max-request-body-mb is refused
 with 413 before it is read whole; a connection that sends nothing for --timeout-keep-alive seconds is
 closed, and one that stops halfway through a request for --request-read-timeout seconds gets 408. Text
 prompts are tokenized off the event loop, so /health and every other client keep being answered.
@@ -45,13 +45,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from minicb.async_llm import AsyncLLM, EngineClosed, EngineError
 from minicb.config import cli_overrides
-from minicb.http_limits import READ_TIMED_OUT, protocol_with_read_timeout, read_body
-from minicb.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
-                                    parse_request, response_body, shown, sse, usage)
 from minicb.request import RequestOutput
-from minicb.server_metrics import ServerMetrics
+from minicb.serve.async_llm import AsyncLLM, EngineClosed, EngineError
+from minicb.serve.http_limits import READ_TIMED_OUT, protocol_with_read_timeout, read_body
+from minicb.serve.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
+                                          parse_request, response_body, shown, sse, usage)
+from minicb.serve.server_metrics import ServerMetrics
 
 RETRY_AFTER_S = 1   # a rejection reflects the queue now; a second later it may have room
 MAX_TRACE_STEPS = 10_000   # per /debug/trace call: the trace keeps up to 100,000 steps, ~270 MB as JSON

@@ -3,7 +3,7 @@
 The engine's own numbers (minicb.metrics) start when a request reaches the engine; a user's clock
 starts when they send it, so the client's TTFT also holds the network, the HTTP server and any queue
 in front of the engine. Lesson 09 has you write stream_metrics (exercises/lesson09_serving.py); the
-benchmark client (minicb.bench_client) takes it as its `metrics=` argument.
+benchmark client (minicb.serve.bench_client) takes it as its `metrics=` argument.
 """
 from __future__ import annotations
 

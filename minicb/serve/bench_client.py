@@ -8,7 +8,7 @@ the same for all ("fixed"), heavy-tailed ("heavy", the corpus's lengths), or the
 the model stops at its own EOS). Only OpenAI fields are sent, unless ignore_eos asks for vLLM's (and
 minicb's) ignore_eos, which forces the lengths.
 
-What is measured, per request (minicb.client_metrics.stream_metrics, or the `metrics=` you pass):
+What is measured, per request (minicb.serve.client_metrics.stream_metrics, or the `metrics=` you pass):
 - Tokens per chunk: the OpenAI stream does not say, so a chunk whose choice carries text counts as one
   token (a server sends one chunk per engine step), and a chunk without text (keep-alive, usage-only) as
   none. The final usage is the server's count: tokens it reports beyond those (an EOS token has no text;
@@ -20,9 +20,9 @@ What is measured, per request (minicb.client_metrics.stream_metrics, or the `met
 And over the run: the mean, p50, p90 and p99 of each (every ITL of every completed request in one pool);
 requests and output tokens per second over the run's duration (from the first send to the last response);
 the rejected (HTTP 429 or 503, Retry-After noted) and failed (any other error) requests; and goodput,
-DistServe's: completed requests per second that meet every target of a minicb.slo.RequestSlo. By default
+DistServe's: completed requests per second that meet every target of a minicb.goodput.RequestSlo. By default
 its targets are lesson 07's SloTarget, per request: TTFT <= 1 s and every inter-token gap <= 50 ms
-(--slo-ttft, --slo-itl), the definition minicb.slo.goodput uses. --slo-tpot adds a target on the mean
+(--slo-ttft, --slo-itl), the definition minicb.goodput.goodput uses. --slo-tpot adds a target on the mean
 gap (TPOT), which is what vLLM's benchmark (`--goodput tpot:MS`) judges, and --slo-e2e one on the whole
 reply; `none` drops a target. A one-token reply has no gap and no TPOT, so it cannot miss those.
 """
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from tqdm.auto import tqdm
 
-from minicb.client_metrics import StreamMetrics, stream_metrics
+from minicb.goodput import RequestSlo, SloTarget
 from minicb.metrics import latency_summary
-from minicb.slo import RequestSlo, SloTarget
+from minicb.serve.client_metrics import StreamMetrics, stream_metrics
 from minicb.workload import make_workload
 
 if TYPE_CHECKING:
@@ -295,35 +295,6 @@ def format_sweep(results: list[BenchResult]) -> str:
     return "\n".join(lines)
 
 
-def plot_rate_sweep(results: list[BenchResult]) -> Figure:
-    """Latency against load: p50 and p99 TTFT and ITL, and request throughput and goodput, against the
-    offered rate. A matplotlib Figure that Jupyter shows as a PNG and savefig writes without a display."""
-    from minicb.viz.figures import image_figure  # matplotlib loads only when a figure is drawn
-
-    if any(r.config["rate"] is None for r in results):
-        raise ValueError("a rate of inf (all at once) has no place on a rate axis; sweep finite rates to plot")
-    results = sorted(results, key=lambda r: r.config["rate"])
-    rates = [r.config["rate"] for r in results]
-    fig = image_figure(figsize=(12, 3.8), layout="constrained")
-    ttft, itl, rps = fig.subplots(1, 3)
-    for ax, key, title in ((ttft, "ttft", "time to first token"), (itl, "itl", "inter-token latency")):
-        for p, style in (("p50", "o-"), ("p99", "s--")):
-            ax.plot(rates, [math.nan if r.summary[key][p] is None else r.summary[key][p] for r in results], style,
-                    label=p)
-        target = results[0].summary["slo"][f"{key}_s"]
-        if target is not None:
-            ax.axhline(target, color="gray", linewidth=1, linestyle=":", label="SLO")
-        ax.set(title=title, xlabel="offered rate (req/s)", ylabel="seconds", yscale="log")
-    rps.plot(rates, rates, ":", color="gray", label="offered")
-    rps.plot(rates, [r.summary["request_throughput"] for r in results], "o-", label="completed")
-    rps.plot(rates, [r.summary["goodput"] for r in results], "s-", label="goodput (within the SLO)")
-    rps.set(title="throughput", xlabel="offered rate (req/s)", ylabel="requests per second")
-    for ax in (ttft, itl, rps):
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    return fig
-
-
 def _rates(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",")]
@@ -378,7 +349,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, help="with --sweep: save the latency-against-load curve here (.png)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, plot_sweep: Callable[[list[BenchResult]], Figure]) -> int:
+    """Run `bench serve` as its flags say. plot_sweep draws --plot's figure: drawing is minicb.viz's, which the
+    CLI hands in, so that the serving front loads no view of its own."""
     if args.plot and (not args.sweep or any(math.isinf(r) for r in args.sweep)):
         print("error: --plot draws a sweep against the rate: give finite rates with --sweep R1,R2,...",
               file=sys.stderr)
@@ -396,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
         if args.output:
             save_results(results, args.output)
         if args.plot:
-            plot_rate_sweep(results).savefig(args.plot, dpi=100)
+            plot_sweep(results).savefig(args.plot, dpi=100)
     except httpx.HTTPError as err:
         print(f"error: {args.base_url}: {type(err).__name__}: {err}; is the server running (python -m minicb serve)?",
               file=sys.stderr)

@@ -16,7 +16,7 @@ import h11
 from starlette.requests import Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from minicb.openai_protocol import ApiError
+from minicb.serve.openai_protocol import ApiError
 
 log = logging.getLogger("minicb.serve")
 READ_TIMED_OUT = "minicb.read_timed_out"   # set in a request's ASGI scope when its body stopped arriving

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from minicb.async_llm import AsyncLLM
 from minicb.request import RequestOutput
+from minicb.serve.async_llm import AsyncLLM
 
 # vLLM's buckets, trimmed: a CPU server's tokens take tens of milliseconds, a GPU's a few.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,

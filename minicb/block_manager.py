@@ -218,6 +218,9 @@ class BlockManager:
         return self.append_slots(seq_id, num_tokens)
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        if seq_id not in self.tables:   # named here, not as a KeyError deep in the allocator
+            raise ValueError(f"{seq_id!r} holds no device blocks (was it preempted or swapped out earlier in this "
+                             "step?): only a running sequence can grow")
         return self.allocator.can_append(seq_id, num_new_tokens, keep_free - len(self.evictable))
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:

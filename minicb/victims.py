@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from minicb.engine import LLMEngine, PoolTooSmallWarning
 from minicb.metrics import percentile
@@ -40,13 +40,10 @@ def victim_workload(seed: int, n: int = 200):
     return make_workload(n, lengths="heavy", rate=80.0, seed=seed, max_tokens=400)
 
 
-def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int,
-                      parts: EngineParts | None = None) -> VictimReport:
+def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int) -> VictimReport:
     """The workload of `seed` on the simulator, under memory pressure, with this victim policy (None: minicb's)
-    and, for every other part, `parts` (None: minicb's own)."""
-    parts = parts or EngineParts()
-    if choose_victim is not None:
-        parts = replace(parts, choose_victim=choose_victim)
+    and minicb's own other parts."""
+    parts = EngineParts() if choose_victim is None else EngineParts(choose_victim=choose_victim)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PoolTooSmallWarning)   # the short pool is the point
         engine = LLMEngine(parts=parts, **PRESSURE)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a hub
 
@@ -247,3 +248,10 @@ def check_states(engine) -> None:
     assert len(sched.running) <= engine.config.max_num_seqs
     holding = set(running) | {r.request_id for r in getattr(sched, "batch", [])}   # static: idle members too
     assert set(engine.trace._seat_of) <= holding, "a seat is held by a request that left the batch"
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    """A small tree of files under root (a fake package or checkout), by path relative to it."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)

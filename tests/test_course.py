@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import write_files
 
 from minicb import course, progress
 from minicb.cli import main
@@ -525,9 +526,7 @@ def test_lesson07_task1_skips():
 
 
 def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
-    for name, text in FAKE_CHECKOUT.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, FAKE_CHECKOUT)
     results = progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
     assert [(r.task.label, r.state) for r in results] == [
         ("Lesson 02, task 1", "done"), ("Lesson 02, task 2", "not started"), ("Lesson 03, task 1", "failing"),

@@ -18,6 +18,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from conftest import write_files
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "minicb"
 
@@ -165,9 +167,7 @@ def test_the_checker_finds_circles_through_late_relative_and_from_imports(tmp_pa
         "pkg/sub/c.py": "import pkg.a\nfrom pkg.d import helper\n",
         "pkg/d.py": "import os\nfrom pkg.sub import thing\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     modules = find_modules(tmp_path, "pkg")
     graph = import_graph(modules)
     assert graph["pkg.b"] == {"pkg.sub.c": 2}                 # inside a function, relative
@@ -236,9 +236,7 @@ def test_the_layer_checker_finds_late_type_checking_and_relative_imports_the_wro
         "pkg/viz/draw.py": "import pkg.serve.api\nimport pkg.course\n",
         "pkg/course.py": "from pkg.engine import late\nfrom pkg.viz import draw\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     found = wrong_way_imports(tmp_path, "pkg")
     assert [line.split(": ")[0] for line in found] == ["pkg/engine.py:2", "pkg/metrics.py:3", "pkg/serve/api.py:2"]
     assert found[0].endswith("`from pkg.serve import api`: pkg.engine is core, and core never imports serve "

@@ -13,6 +13,7 @@ from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 from minicb.scheduler import continuous
+from minicb.scheduler.preemption import may_give_way
 
 CONFIGS = [dict(enable_chunked_prefill=chunked, scheduling_policy=policy, preemption_mode=mode, schedule_priority=order)
            for chunked, policy, mode, order in itertools.product(
@@ -59,10 +60,7 @@ class Recorder:
         """Of the least urgent, the one with the fewest computed tokens, never the first in serving order
         (legal, and unlike minicb's latest-arrival rule)."""
         self.calls["choose_victim"] += 1
-        first = min(running, key=lambda r: r.rank)
-        least_urgent = max(r.priority for r in running)
-        candidates = [r for r in running if r.priority == least_urgent and (r is not first or len(running) == 1)]
-        victim = min(candidates, key=lambda r: (r.num_computed_tokens, r.request_id)).request_id
+        victim = min(may_give_way(running), key=lambda r: (r.num_computed_tokens, r.request_id)).request_id
         self.victims.append(victim)
         return victim
 

@@ -13,6 +13,7 @@ from minicb.request import Request, RequestStatus
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.output import OutputProcessor
+    from minicb.scheduler.output import SchedulerOutput
 
 
 class SchedulerBase(ABC):
@@ -40,6 +41,13 @@ class SchedulerBase(ABC):
     def _enqueue(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self._place(self.waiting, request)
+
+    def _stamp_first_step(self, out: SchedulerOutput, now: float) -> None:
+        """A request's scheduled_time is the first step it computes in."""
+        for chunk in out.chunks:
+            metrics = self.requests[chunk.request_id].metrics
+            if metrics.scheduled_time is None:
+                metrics.scheduled_time = now
 
     def _release(self, done: Iterable[Request], now: float) -> None:
         """Finished requests leave the scheduler: their result goes back to the user now."""

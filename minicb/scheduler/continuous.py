@@ -126,10 +126,7 @@ class ContinuousScheduler(SchedulerBase):
         else:
             self.parts.schedule_running(self, step, list(self.running))
             self._admit(step)
-        for chunk in step.out.chunks:
-            metrics = self.requests[chunk.request_id].metrics
-            if metrics.scheduled_time is None:
-                metrics.scheduled_time = step.now
+        self._stamp_first_step(step.out, step.now)
         return step.out
 
     def _admit(self, step: Step) -> None:
@@ -371,7 +368,6 @@ class ContinuousScheduler(SchedulerBase):
         return started
 
     def _drop(self, request: Request) -> None:
-        self.requests.pop(request.request_id, None)
         for queue in (self.running, self.swapped):
             if request in queue:
                 queue.remove(request)

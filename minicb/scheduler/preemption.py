@@ -18,6 +18,14 @@ from minicb.costs import PreemptionCost
 from minicb.request import RequestView
 
 
+def may_give_way(running: tuple[RequestView, ...]) -> list[RequestView]:
+    """The running requests choose_victim's contract allows as victims: the least urgent, but never the first
+    in serving order while others run (ContinuousScheduler checks each answer against the same rules)."""
+    first = min(running, key=lambda r: r.rank)
+    least_urgent = max(r.priority for r in running)
+    return [r for r in running if r.priority == least_urgent and (r is not first or len(running) == 1)]
+
+
 def choose_victim(running: tuple[RequestView, ...]) -> str:
     """The request_id of the running request that gives its KV blocks back."""
     return max(running, key=lambda r: r.rank).request_id

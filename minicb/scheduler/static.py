@@ -46,7 +46,6 @@ class StaticScheduler(SchedulerBase):
 
     def _drop(self, request: Request) -> None:
         """An aborted member leaves the batch and frees its blocks now; a waiting one leaves the queue."""
-        self.requests.pop(request.request_id, None)
         if request in self.batch:
             self.batch.remove(request)
             self.kv.free(request.request_id)
@@ -84,9 +83,8 @@ class StaticScheduler(SchedulerBase):
             else:
                 self.kv.append_slots(rid)
                 out.chunks.append(ScheduledChunk.of(req, 1, self.kv.tables[rid], prefill=False))
-            if req.metrics.scheduled_time is None:
-                req.metrics.scheduled_time = now
         self._batch_steps += 1
+        self._stamp_first_step(out, now)
         return out
 
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],

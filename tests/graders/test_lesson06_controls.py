@@ -5,7 +5,7 @@ import pytest
 from test_lesson06_preemption import (check_choose_victim_in_the_engine, check_lowers_mean_latency, choose_victim_contract,
                                       should_swap_contract)
 
-from minicb.scheduler.preemption import choose_victim, should_swap
+from minicb.scheduler.preemption import choose_victim, may_give_way, should_swap
 
 
 def oldest_first(running):
@@ -90,17 +90,12 @@ def test_the_references_pass():
 
 def least_computed_first(running):
     """Within the contract, and it loses the least work, but it barely moves the mean."""
-    first = min(running, key=lambda r: r.rank)
-    least_urgent = max(r.priority for r in running)
-    candidates = [r for r in running if r.priority == least_urgent and (r is not first or len(running) == 1)]
-    return min(candidates, key=lambda r: (r.num_computed_tokens, r.rank)).request_id
+    return min(may_give_way(running), key=lambda r: (r.num_computed_tokens, r.rank)).request_id
 
 
 def fewest_tokens_left(running):
     """Shortest-remaining-first turned around: the nearly done give way."""
-    first = min(running, key=lambda r: r.rank)
-    candidates = [r for r in running if r is not first or len(running) == 1]
-    return min(candidates, key=lambda r: (r.max_tokens - r.num_output_tokens, r.rank)).request_id
+    return min(may_give_way(running), key=lambda r: (r.max_tokens - r.num_output_tokens, r.rank)).request_id
 
 
 @pytest.mark.parametrize("wrong", [choose_victim, least_computed_first, fewest_tokens_left])

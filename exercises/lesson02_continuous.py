@@ -1,55 +1,38 @@
-"""Lesson 02: iteration-level scheduling (Orca). Before every step the scheduler decides again who
-runs and how many tokens each gets; a finished request has already left (update_from_output).
+"""Lesson 02: iteration-level scheduling (Orca). Before every step the scheduler decides again who runs and
+how many tokens each gets; a finished request has already left (update_from_output).
 
-Task 1  schedule_running   pytest tests/exercises -k lesson02_task1
-Task 2  admit_waiting      pytest tests/exercises -k lesson02_task2
+Task 1  plan_step   pytest tests/exercises -k lesson02_task1
 
-ContinuousScheduler.schedule (minicb/scheduler/continuous.py) calls both every step, in every
-configuration; `course.llm(lesson=2)` plugs yours in. What you may use:
-- sched.running (list), sched.waiting (deque, head first), sched.free_seats (max_num_seqs - running);
-- sched.kv: the KV pool; kv.can_append(seq_id, n) / kv.can_allocate(n, keep_free=k) say whether it
-  can hold n more tokens of a running sequence / the first n tokens of a new one;
-- sched.chunk_size(req, step): the tokens req may run this step (1 for a decode; 0: none fit);
-- sched.make_room(step): preempts the running request lesson 06's choose_victim picks, returns it,
-  and gives its tokens of this step back to step.token_budget;
-- sched.run(req, n, step) / sched.start(req, n, step): record the decision (slots, chunk, budget);
-- step.token_budget (tokens left this step), step.keep_free (blocks admission must leave free).
+ContinuousScheduler.schedule (minicb/scheduler/continuous.py) asks plan_step for every step, in every
+configuration, and applies the plan; `course.llm(lesson=2)` plugs yours in. If your plan breaks the
+contract, the scheduler refuses it with the rule it breaks and the case, in words.
 """
 from __future__ import annotations
 
-from minicb.request import Request
-from minicb.scheduler.continuous import ContinuousScheduler, Step
+from minicb.scheduler.plan import StepPlan, StepState
 
 
-def schedule_running(sched: ContinuousScheduler, step: Step, requests: list[Request]) -> None:
-    """Give each of `requests` its tokens for this step, in the order given.
+def plan_step(state: StepState) -> StepPlan:
+    """Decide the step: which running requests give way (victims), how many tokens each running request
+    runs (runs), and which requests of the line start with how many tokens (starts).
 
-    Rules (each is checked by a test):
-    1. A request that is no longer in sched.running (it was preempted earlier in this step) gets nothing.
-    2. A request gets n = sched.chunk_size(req, step) tokens; n == 0 means nothing this step (and no
-       preemption for it).
-    3. While sched.kv.can_append(req.request_id, n) is False, call sched.make_room(step). If the
-       request it returns is req itself, req gets nothing this step; otherwise check again.
-    4. Then record it: sched.run(req, n, step). Never call sched.run for a request that cannot hold
-       its tokens: the pool would raise NoFreeBlocks.
+    What it may read: `state` (minicb/scheduler/plan.py::StepState) and nothing else. Its views say what
+    each request has computed; its functions answer what-if questions about the pool (blocks to grow,
+    to start, freed by a victim), ask lesson 07's chunk decision how many tokens a request may run with a
+    given budget left, and ask lesson 06's choose_victim who gives way among some running requests.
+
+    The contract (the scheduler checks each rule, and names the one a plan breaks):
+    - never more than state.token_budget tokens (a step running one request alone may, if its chunk
+      says so), state.free_seats new requests, or the blocks the pool holds;
+    - victims: a running request gives way only while the running requests' next tokens need more
+      blocks than the pool has, and each is the one choose_victim names among those still running;
+    - runs: every running request that has not given way runs, with the tokens its chunk gives it at its
+      turn, asked with the budget the requests before it left. state.order says whose turn comes first:
+      "decode_first", the running requests, in order; "prefill_first", the running prompts (more than
+      one uncomputed token), then the requests that start, then the running decodes;
+    - starts: first come, first served: the requests that start are the first of state.line, in its
+      order, as many as get a seat, tokens and blocks; nobody starts in a step where someone gave way,
+      and under prefill_first the blocks the running decodes will need are not theirs to take.
     """
-    raise NotImplementedError("Lesson 02, task 1: schedule_running: give each running request its tokens this "
-                              "step. Check it with: pytest tests/exercises -k lesson02_task1")
-
-
-def admit_waiting(sched: ContinuousScheduler, step: Step) -> Request | None:
-    """Start waiting requests, first come, first served, and return the one that could not start.
-
-    Rules (each is checked by a test):
-    1. Look only at the head of sched.waiting; start it with sched.start(req, n, step), then look
-       at the new head. Stop at the first request that does not fit and return it: nobody behind it
-       may start this step, even one that would fit (no jumping the line).
-    2. The head fits when all three hold:
-       - n = sched.chunk_size(req, step) is not 0 (its tokens fit what is left of the step);
-       - a seat is free (sched.free_seats > 0);
-       - the pool can hold its n tokens and still keep step.keep_free blocks free:
-         sched.kv.can_allocate(n, keep_free=step.keep_free).
-    3. Return None when the queue runs out (everyone waiting started).
-    """
-    raise NotImplementedError("Lesson 02, task 2: admit_waiting: start waiting requests, first come first served. "
-                              "Check it with: pytest tests/exercises -k lesson02_task2")
+    raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who gives way, runs and starts. "
+                              "Check it with: pytest tests/exercises -k lesson02_task1")

@@ -161,7 +161,7 @@ class BlockManager:
         #                                                                    token ids), to check its name
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, least recent first
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
-        self._prefix_hit: tuple[str, list[int]] = ("", [])   # (sequence, cached blocks) its allocate starts with
+        self._prefix_hits: dict[str, list[int]] = {}   # sequence -> the cached blocks its allocate starts with
         self.choose_eviction = choose_eviction   # which evictable block goes first; None: the least recently used
         self.block_stats: dict[int, CachedBlock] = {}   # cached block -> what an eviction policy may know of it
         self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
@@ -175,12 +175,40 @@ class BlockManager:
 
     def set_prefix_hit(self, seq_id: str, blocks: list[int]) -> None:
         """seq_id's next allocate starts its table with these cached blocks (its prompt's prefix hit).
-        Until then can_allocate does not count them as blocks it could evict."""
-        self._prefix_hit = (seq_id, blocks)
+        Until then no allocation evicts them, and can_allocate does not count them as blocks it could
+        evict. Several sequences may hold a hit at once (all who might start in a step)."""
+        if blocks:
+            self._prefix_hits[seq_id] = blocks
+        else:
+            self._prefix_hits.pop(seq_id, None)
+
+    def clear_prefix_hits(self) -> None:
+        """Forget every hit not yet allocated: the scheduler looks them up again before each step."""
+        self._prefix_hits.clear()
+
+    def _promised(self) -> set[int]:
+        """Evictable blocks that a pending prefix hit will reuse."""
+        return {block for hit in self._prefix_hits.values() for block in hit if block in self.evictable}
 
     def _spare_evictable(self) -> int:
-        """Cached blocks allocation may evict: every evictable one but those the prefix hit will reuse."""
-        return len(self.evictable) - sum(block in self.evictable for block in self._prefix_hit[1])
+        """Cached blocks allocation may evict: every evictable one but those a pending prefix hit will reuse."""
+        return len(self.evictable) - len(self._promised())
+
+    def available_blocks(self) -> int:
+        """Blocks the pool can hand out now: free ones and cached ones it may evict."""
+        return len(self.free_blocks) + self._spare_evictable()
+
+    def blocks_to_start(self, seq_id: str, num_tokens: int) -> int:
+        """Blocks a sequence that holds none on the device takes to run its first num_tokens tokens: a
+        swapped one brings its blocks back and grows; a new one gets blocks for the tokens after its
+        prefix hit (with contiguous reservation, for max_model_len)."""
+        if seq_id in self.swapped:
+            return max(len(self.swapped[seq_id]), blocks_for(self.num_tokens[seq_id] + num_tokens, self.block_size))
+        return self.blocks_to_reserve(num_tokens, 0)
+
+    def blocks_freed_by(self, seq_id: str) -> int:
+        """Blocks the pool gets back if this running sequence gives way (those no other table holds)."""
+        return sum(self.ref_counts[block] == 1 for block in self.tables[seq_id])
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
         """With a prefix hit set, num_tokens counts the tokens after the hit's blocks."""
@@ -194,8 +222,8 @@ class BlockManager:
         (static batching reserves prompt + max_tokens) or max_model_len (contiguous reservation).
         After set_prefix_hit(seq_id, blocks) (paged reservation only) the table starts with those
         cached blocks, and num_tokens counts the tokens after them."""
-        hit_for, hit = self._prefix_hit
-        if hit_for != seq_id or not hit:
+        hit = self._prefix_hits.get(seq_id)
+        if not hit:
             self._evict(self.blocks_to_reserve(num_tokens, reserve_tokens))
             table = self.allocator.allocate(seq_id, num_tokens, self._reserve(reserve_tokens))
             self.cached_upto[seq_id] = 0
@@ -204,7 +232,7 @@ class BlockManager:
         if needed > len(self.free_blocks) + self._spare_evictable():   # checked before taking any
             raise NoFreeBlocks(f"{seq_id!r} needs {needed} blocks after its prefix hit, "
                                f"{len(self.free_blocks) + self._spare_evictable()} free or evictable")
-        self._prefix_hit = ("", [])
+        del self._prefix_hits[seq_id]
         self.allocator.allocate(seq_id, 0)   # an empty table, in the allocator's own bookkeeping
         for block in hit:
             if self.ref_counts[block] == 0:
@@ -221,7 +249,7 @@ class BlockManager:
         if seq_id not in self.tables:   # named here, not as a KeyError deep in the allocator
             raise ValueError(f"{seq_id!r} holds no device blocks (was it preempted or swapped out earlier in this "
                              "step?): only a running sequence can grow")
-        return self.allocator.can_append(seq_id, num_new_tokens, keep_free - len(self.evictable))
+        return self.allocator.can_append(seq_id, num_new_tokens, keep_free - self._spare_evictable())
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
         self._evict(self.new_blocks_needed(seq_id, num_new_tokens))
@@ -252,20 +280,22 @@ class BlockManager:
     def _evict(self, needed: int) -> None:
         """Until the free list has `needed` blocks, evict a cached block no table holds (the policy's
         choice): it loses its name (its slots will be overwritten) and joins the free list."""
-        while len(self.free_blocks) < needed and self.evictable:
-            block = self._eviction_choice()
+        promised = self._promised()
+        while len(self.free_blocks) < needed and len(self.evictable) > len(promised):
+            block = self._eviction_choice(promised)
             del self.evictable[block]
             del self.cached[self.block_hash.pop(block)]
             del self.block_origin[block], self.block_stats[block]
             self.free_blocks.append(block)
 
-    def _eviction_choice(self) -> int:
+    def _eviction_choice(self, promised: set[int]) -> int:
+        candidates = [block for block in self.evictable if block not in promised]
         if self.choose_eviction is None:
-            return next(iter(self.evictable))   # the least recently used
-        block = self.choose_eviction(tuple(self.block_stats[block] for block in self.evictable))
-        if type(block) is not int or block not in self.evictable:
+            return candidates[0]   # the least recently used
+        block = self.choose_eviction(tuple(self.block_stats[block] for block in candidates))
+        if type(block) is not int or block not in candidates:
             raise ValueError(f"choose_eviction returned {block!r}: it must return the `block` of one of its "
-                             f"{len(self.evictable)} candidates (the cached blocks no table holds)")
+                             f"{len(candidates)} candidates (the cached blocks no table holds)")
         return block
 
     def _park(self, blocks: list[int]) -> None:
@@ -304,13 +334,6 @@ class BlockManager:
         self.cached_upto.pop(seq_id, None)
         self.swapped[seq_id] = cpu
         return list(zip(table, cpu))
-
-    def can_swap_in(self, seq_id: str, keep_free: int = 0, num_new_tokens: int = 1) -> bool:
-        """Room for the sequence's blocks and for its next num_new_tokens tokens, with keep_free
-        blocks to spare."""
-        blocks = len(self.swapped[seq_id])
-        growth = max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - blocks)
-        return blocks + growth + keep_free <= len(self.free_blocks) + len(self.evictable)
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
         """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""

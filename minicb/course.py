@@ -9,10 +9,10 @@ top to bottom. The lesson you are on says which of its parts are yours (again wh
 
     from minicb import course
     mine = course.lesson("lesson02_continuous")        # the module MINICB_IMPL picks
-    course.attempt(mine.admit_waiting, sched, step)    # your function, or a note on what to do
-    llm = course.llm(lesson=2, max_num_seqs=8)         # the real engine running your parts
-    # Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), admit_waiting (not written
-    # yet: the reference runs; write it, then: pytest tests/exercises -k lesson02_task2)
+    course.attempt(mine.plan_step, state)              # your function, or a note on what to do
+    llm = course.llm(lesson=6, max_num_seqs=8)         # the real engine running your parts
+    # Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), should_swap (not written
+    # yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task2)
 
 An edited exercise file takes effect without restarting the kernel: the next course.lesson(), llm(),
 engine() or parts() re-imports it (engines built before keep the code they were built with). A file
@@ -85,9 +85,8 @@ class Task:
 
 
 TASKS = [
-    Task(2, 1, "lesson02_continuous", "schedule_running",
-         "give each running request its tokens this step (decode first)"),
-    Task(2, 2, "lesson02_continuous", "admit_waiting", "start waiting requests, first come first served"),
+    Task(2, 1, "lesson02_continuous", "plan_step",
+         "the step's plan: who gives way, who runs how many tokens, who starts"),
     Task(3, 1, "lesson03_selective", "build_flat_batch", "the flat batch the model runs on"),
     Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate", "blocks for a new sequence",
          also=("PagedAllocator.can_allocate",)),
@@ -112,7 +111,7 @@ TASKS = [
 # 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the benchmark client's, not the
 # engine's) are graded on their own, and so is lesson 10's choose_eviction: the lesson's figures are least
 # recently used's, and its task cell plugs yours in.
-FUNCTION_PARTS = ("schedule_running", "admit_waiting", "build_flat_batch", "paged_decode_attention", "choose_victim",
+FUNCTION_PARTS = ("plan_step", "build_flat_batch", "paged_decode_attention", "choose_victim",
                   "should_swap", "chunk_size", "block_hashes", "longest_cached_prefix")
 ALLOCATOR_LESSON, ALLOCATOR_MODULE, ALLOCATOR_CLASS = 4, "lesson04_paged_kv", "PagedAllocator"
 

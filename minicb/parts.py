@@ -5,8 +5,7 @@ implementations. `minicb.course` fills the fields from exercises/ (yours) or sol
 reference), and the engine runs whatever it is given, in every configuration, so a lesson's cells
 run your code.
 
-    lesson 02  schedule_running(sched, step, requests)   each running request gets its tokens
-               admit_waiting(sched, step) -> Request|None  waiting requests start, first come first served
+    lesson 02  plan_step(state) -> StepPlan              who gives way, who runs how many tokens, who starts
     lesson 03  build_flat_batch(chunks, block_size, device) -> FlatBatch
     lesson 04  allocator: the class the KV pool's blocks are handed out by (PagedAllocator)
     lesson 05  paged_decode_attention(q, k_cache, v_cache, seq_lens, block_tables, max_seq_len, scale)
@@ -28,16 +27,14 @@ import torch
 from minicb.batch import FlatBatch, build_flat_batch
 from minicb.block_manager import PagedAllocator
 from minicb.prefix_cache import CachedBlock, block_hashes, longest_cached_prefix
-from minicb.request import Request
 from minicb.scheduler.chunking import chunk_size
-from minicb.scheduler.continuous import admit_waiting, schedule_running
+from minicb.scheduler.plan import StepPlan, plan_step
 from minicb.scheduler.preemption import choose_victim, should_swap
 
 
 @dataclass
 class EngineParts:
-    schedule_running: Callable[..., None] = schedule_running
-    admit_waiting: Callable[..., Request | None] = admit_waiting
+    plan_step: Callable[..., StepPlan] = plan_step
     build_flat_batch: Callable[..., FlatBatch] = build_flat_batch
     allocator: type = PagedAllocator
     paged_decode_attention: Callable[..., torch.Tensor] | None = None

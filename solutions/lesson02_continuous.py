@@ -1,5 +1,5 @@
-"""Lesson 02, the reference: minicb's own steps, in minicb/scheduler/continuous.py, where
-ContinuousScheduler.schedule calls them every step."""
-from minicb.scheduler.continuous import admit_waiting, schedule_running
+"""Lesson 02, the reference: minicb's own plan, in minicb/scheduler/plan.py, which
+ContinuousScheduler.schedule asks for every step."""
+from minicb.scheduler.plan import plan_step
 
-__all__ = ["schedule_running", "admit_waiting"]
+__all__ = ["plan_step"]

@@ -85,7 +85,7 @@ def test_swap_out_free_and_swap_in_keep_both_pools_whole():
     assert bm.swap_out("a") == [(0, 0), (1, 1)] and bm.tables == {"b": [2]} and bm.num_tokens["a"] == 3
     with pytest.raises(ValueError, match="already has blocks"):
         bm.allocate("a", 1)                         # swapped out still counts as holding blocks
-    assert not bm.can_swap_in("a", keep_free=2) and bm.can_swap_in("a", num_new_tokens=1)
+    assert bm.blocks_to_start("a", 1) == 2 and bm.available_blocks() == 3   # its 2 blocks, the 4th token fits them
     assert bm.swap_in("a") == [(0, 3), (1, 0)] and not bm.swapped
     bm.check_invariants()
     bm.swap_out("b")
@@ -216,7 +216,7 @@ def test_random_operations_keep_the_invariants(block_size, num_blocks, num_swap_
             bm.truncate(sid, min(n, bm.num_tokens[sid]))
         elif op == "swap_out" and on_device and bm.can_swap_out(sid):
             bm.swap_out(sid)
-        elif op == "swap_in" and swapped and bm.can_swap_in(sid, num_new_tokens=0):
+        elif op == "swap_in" and swapped and bm.blocks_to_start(sid, 0) <= bm.available_blocks():
             bm.swap_in(sid)
         bm.check_invariants()
         assert bm.usage().token_slots == sum(n for s, n in bm.num_tokens.items() if s in bm.tables)

@@ -151,8 +151,8 @@ def fresh_notes(monkeypatch):
 
 def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh_notes):
     stubs = course.lesson("lesson02_continuous", "exercises")
-    assert course.attempt(stubs.admit_waiting, None, None) is None
-    assert "not implemented yet: Lesson 02, task 2" in capsys.readouterr().out
+    assert course.attempt(stubs.plan_step, None) is None
+    assert "not implemented yet: Lesson 02, task 1" in capsys.readouterr().out
     from minicb.engine import LLMEngine
 
     # A pool small enough that "auto" preemption must choose victims and how to evict them.
@@ -183,13 +183,8 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh
 # returns ("mine", x), each reference ("reference", x).
 FAKE_LESSONS = {
     "lesson02_continuous": '''
-def schedule_running(x):
+def plan_step(x):
     return ("mine", x)
-
-
-def admit_waiting(x):
-    """Start waiting requests."""
-    raise NotImplementedError("Lesson 02, task 2: admit_waiting: start waiting requests. Check it with: ...")
 ''',
     "lesson03_selective": '''
 def build_flat_batch(x):
@@ -223,7 +218,8 @@ def choose_victim(x):
 
 
 def should_swap(x):
-    return ("mine", x)
+    """Recompute or swap."""
+    raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. Check it with: ...")
 ''',
     "lesson07_slo": '''
 def chunk_size(x):
@@ -289,18 +285,17 @@ def fake_course(tmp_path, monkeypatch, fresh_notes):
 
 
 def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
-    parts = course.parts("exercises", lesson=2)
+    parts = course.parts("exercises", lesson=6)
     assert capsys.readouterr().out == (
-        "Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), admit_waiting (not written "
-        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson02_task2)\n")
-    assert parts.schedule_running(1) == ("mine", 1) and parts.admit_waiting(1) == ("reference", 1)
+        "Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), should_swap (not written "
+        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task2)\n")
+    assert parts.choose_victim(1) == ("mine", 1) and parts.should_swap(1) == ("reference", 1)
     assert parts.chunk_size(1) == ("reference", 1)   # lesson 07's stub: replaced, and not a word about it
-    course.parts("exercises", lesson=2)
-    course.parts("solutions", lesson=6)   # the reference is nobody's work to report on
-    assert capsys.readouterr().out == ""
     course.parts("exercises", lesson=6)
-    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), "
-                                       "should_swap (yours)\n")
+    course.parts("solutions", lesson=2)   # the reference is nobody's work to report on
+    assert capsys.readouterr().out == ""
+    course.parts("exercises", lesson=2)
+    assert capsys.readouterr().out == "Lesson 02 runs exercises/lesson02_continuous.py: plan_step (yours)\n"
     parts = course.parts("exercises", lesson=10)
     assert capsys.readouterr().out == (
         "Lesson 10 runs exercises/lesson10_prefix_cache.py: block_hashes (yours), longest_cached_prefix (not written "
@@ -376,7 +371,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-ADMIT_STUB = 'raise NotImplementedError("Lesson 02, task 2: admit_waiting: start waiting requests. Check it with: ...")'
+SWAP_STUB = 'raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. Check it with: ...")'
 
 
 def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout, capsys):
@@ -390,18 +385,18 @@ def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout,
     assert held.build_flat_batch(1) == ("edit", 1), "the module the notebook holds still runs the old code"
     capsys.readouterr()
 
-    course.parts("exercises", lesson=2)
-    assert "admit_waiting (not written yet" in capsys.readouterr().out
-    edit(checkout / "lesson02_continuous.py", ADMIT_STUB, 'return ("mine", x)')
-    parts = course.parts("exercises", lesson=2)
-    assert parts.admit_waiting(1) == ("mine", 1)
-    assert capsys.readouterr().out == ("Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours), "
-                                       "admit_waiting (yours)\n"), "a changed note was not said again"
-    course.parts("exercises", lesson=2)
+    course.parts("exercises", lesson=6)
+    assert "should_swap (not written yet" in capsys.readouterr().out
+    edit(checkout / "lesson06_preemption.py", SWAP_STUB, 'return ("mine", x)')
+    parts = course.parts("exercises", lesson=6)
+    assert parts.should_swap(1) == ("mine", 1)
+    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), "
+                                       "should_swap (yours)\n"), "a changed note was not said again"
+    course.parts("exercises", lesson=6)
     assert capsys.readouterr().out == "", "an unchanged note was said again"
-    edit(checkout / "lesson02_continuous.py", 'return ("mine", x)', ADMIT_STUB)
-    assert course.parts("exercises", lesson=2).admit_waiting(1) == ("reference", 1)
-    assert "admit_waiting (not written yet" in capsys.readouterr().out, "a stub put back was not said"
+    edit(checkout / "lesson06_preemption.py", 'return ("mine", x)\n', SWAP_STUB + "\n")
+    assert course.parts("exercises", lesson=6).should_swap(1) == ("reference", 1)
+    assert "should_swap (not written yet" in capsys.readouterr().out, "a stub put back was not said"
 
 
 def test_a_file_that_does_not_import_breaks_only_its_own_lesson(checkout, capsys):
@@ -412,8 +407,8 @@ def test_a_file_that_does_not_import_breaks_only_its_own_lesson(checkout, capsys
     assert broken.startswith("exercises/lesson10_prefix_cache.py line 2 does not import (SyntaxError: "), broken
     assert broken.endswith("this engine runs the reference for lesson 10's parts; "
                            "course.lesson('lesson10_prefix_cache') shows the error"), broken
-    assert note.startswith("Lesson 02 runs exercises/lesson02_continuous.py: schedule_running (yours)")
-    assert parts.schedule_running(1) == ("mine", 1)
+    assert note == "Lesson 02 runs exercises/lesson02_continuous.py: plan_step (yours)"
+    assert parts.plan_step(1) == ("mine", 1)
     assert parts.block_hashes(1) == ("reference", 1) and parts.longest_cached_prefix(1) == ("reference", 1)
     course.parts("exercises", lesson=2)
     assert capsys.readouterr().out == "", "the same broken file was reported again for the same code"
@@ -484,9 +479,8 @@ def test_progress_lists_every_task_of_the_untouched_stubs_with_its_command(capsy
     assert out.endswith(f"\n0 of {len(course.TASKS)} tasks done\n")
 
 
-# A checkout where lesson 02's task 1 is written and passes, its task 2 is untouched, lesson 03's task
-# is written and fails, lesson 06's file does not import, and lesson 07's chunk_size is written but its
-# test skips. Its tests stand in for tests/exercises: what they check is not the point here.
+# A checkout where lesson 02's task is written and passes, lesson 03's task is written and fails, lesson
+# 06's file does not import, and lesson 07's chunk_size is written but its test skips, its task 2 untouched. Its tests stand in for tests/exercises: what they check is not the point here.
 FAKE_CHECKOUT = {
     "exercises/__init__.py": "",
     "exercises/lesson02_continuous.py": FAKE_LESSONS["lesson02_continuous"],
@@ -508,7 +502,7 @@ def test_lesson02_task1_passes():
     pass
 
 
-def test_lesson02_task2_never_runs():
+def test_lesson07_task2_never_runs():
     raise AssertionError("an untouched stub's tests need not run")
 
 
@@ -529,15 +523,15 @@ def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
     write_files(tmp_path, FAKE_CHECKOUT)
     results = progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
     assert [(r.task.label, r.state) for r in results] == [
-        ("Lesson 02, task 1", "done"), ("Lesson 02, task 2", "not started"), ("Lesson 03, task 1", "failing"),
-        ("Lesson 06, task 1", "failing"), ("Lesson 06, task 2", "failing"), ("Lesson 06, task 3", "failing"),
-        ("Lesson 07, task 1", "not checked"), ("Lesson 07, task 2", "not started")]
-    assert "wrong batch" in results[2].why and results[3].why.startswith("none of its tests ran")
-    assert "needs a GPU" in results[6].why
+        ("Lesson 02, task 1", "done"), ("Lesson 03, task 1", "failing"), ("Lesson 06, task 1", "failing"),
+        ("Lesson 06, task 2", "failing"), ("Lesson 06, task 3", "failing"), ("Lesson 07, task 1", "not checked"),
+        ("Lesson 07, task 2", "not started")]
+    assert "wrong batch" in results[1].why and results[2].why.startswith("none of its tests ran")
+    assert "needs a GPU" in results[5].why
     out = progress.render(results)
     assert "  task 1  build_flat_batch" in out
     assert "pytest tests/exercises -k lesson03_task1\n          AssertionError" in out
-    assert out.endswith("\n1 of 8 tasks done")
+    assert out.endswith("\n1 of 7 tasks done")
 
 
 def test_an_unknown_impl_is_refused(monkeypatch):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from minicb.block_manager import BlockManager, BlockUsage
 from minicb.request import Request
-from minicb.scheduler.continuous import ContinuousScheduler, SchedulerSteps
+from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.output import SchedulerOutput
 from minicb.scheduler.static import StaticScheduler
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.costs import PreemptionCost
     from minicb.output import OutputProcessor
+    from minicb.parts import EngineParts
 
 
 @runtime_checkable
@@ -67,7 +68,7 @@ class Scheduler(Protocol):
     def check_invariants(self) -> None: ...
 
 
-def build_scheduler(config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
+def build_scheduler(config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
                     clock: Callable[[], float], preemption_cost: PreemptionCost | None) -> Scheduler:
     if config.batching == "continuous":
         return ContinuousScheduler(config, kv, parts, outputs, clock, preemption_cost)

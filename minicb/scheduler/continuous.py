@@ -5,22 +5,21 @@ go to the next waiting request in the very next step. A step may mix new prefill
 decodes: attention handles each sequence separately (selective batching, lesson 03), so nothing
 forces the batch's members to be in the same phase.
 
-ContinuousScheduler.schedule is a short skeleton. Its steps are the course's tasks, and the engine
-runs whichever version of each step it was given (EngineParts), in every configuration:
+ContinuousScheduler.schedule is a short skeleton. The course's decisions are its parts, and the engine
+runs whichever version of each it was given (EngineParts), in every configuration:
 
-    schedule_running(sched, step, requests)   lesson 02: each running request gets its tokens
-    admit_waiting(sched, step)                lesson 02: waiting requests start, first come first served
+    plan_step(state) -> StepPlan              lesson 02: who gives way, who runs how many tokens, who starts
     choose_victim(running)                    lesson 06: which running request gives its KV blocks back
     should_swap(victim, mode, cost)           lesson 06: recompute or swap it
     chunk_size(uncomputed, budget, ...)       lesson 07: how many of a request's tokens run this step
 
 With enable_prefix_caching, two more parts name and find cached blocks (lesson 10):
 block_hashes (the chain hash of each full block) and longest_cached_prefix (how much of a prompt the
-cache holds). The head of the queue looks its tokens up before admission asks how many of them
-to run, so a hit counts as computed, and only the rest is prefilled, charged to the token budget and
-given new blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
+cache holds). Each waiting request that might start looks its tokens up before the plan is made, so a
+hit counts as computed, and only the rest is prefilled, charged to the token budget and given new
+blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
 
-The steps only decide. The scheduler keeps the books: it applies each decision through its own methods
+The decisions only decide. The scheduler keeps the books: it applies each decision through its own methods
 (run, start, preempt), checks it against the decision's contract, and says which rule a bad one broke.
 Lesson 06's and 07's decisions read snapshots (RequestView) and return an answer; nothing they hold can
 change a request. A request's status, its computed tokens and its metrics are written only in this package.
@@ -28,39 +27,31 @@ change a request. A request's status, its computed tokens and its metrics are wr
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import deque
 from collections.abc import MutableSequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from itertools import chain, islice
+from typing import TYPE_CHECKING, Callable
 
 from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus, RequestView, rank
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
+from minicb.scheduler.plan import StepPlan, StepState, check_plan, plan_step
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.costs import PreemptionCost
     from minicb.output import OutputProcessor
-
-
-class SchedulerSteps(Protocol):
-    """The steps and decisions the skeleton calls (minicb.parts.EngineParts is one): minicb's own or a learner's."""
-    schedule_running: Callable[[ContinuousScheduler, Step, list[Request]], None]
-    admit_waiting: Callable[[ContinuousScheduler, Step], Request | None]
-    choose_victim: Callable[[tuple[RequestView, ...]], str]
-    should_swap: Callable[[RequestView, str, PreemptionCost | None], bool]
-    chunk_size: Callable[[int, int, bool, EngineConfig], int]
-    block_hashes: Callable[[list[int], int, bytes | None], list[bytes]]
-    longest_cached_prefix: Callable[[list[bytes], dict[bytes, int]], int]
+    from minicb.parts import EngineParts
 
 
 @dataclass
 class Step:
-    """The step being decided."""
+    """The step being applied."""
     out: SchedulerOutput   # what it runs so far
     token_budget: int      # tokens still free: max_num_batched_tokens minus the tokens given so far
-    keep_free: int = 0     # KV blocks admission must leave for decodes that prefill_first schedules later
     now: float = 0.0       # when the step is decided: preemptions and re-admissions are timed from it
 
     @property
@@ -68,40 +59,10 @@ class Step:
         return not self.out.chunks
 
 
-def schedule_running(sched: ContinuousScheduler, step: Step, requests: list[Request]) -> None:
-    """Give each of `requests` (running ones, in order) its tokens for this step. A request that was
-    preempted earlier in this step is no longer running and gets nothing. When the pool cannot hold
-    a request's new tokens, preempt until it can; the request itself may be the one that gives way."""
-    for req in requests:
-        if req not in sched.running:
-            continue
-        num_tokens = sched.chunk_size(req, step)
-        if num_tokens == 0:
-            continue
-        while not sched.kv.can_append(req.request_id, num_tokens):
-            if sched.make_room(step) is req:
-                break
-        else:
-            sched.run(req, num_tokens, step)
-
-
-def admit_waiting(sched: ContinuousScheduler, step: Step) -> Request | None:
-    """Start waiting requests from the head of the queue while each gets a seat, a chunk of the
-    step's tokens and its KV blocks (leaving step.keep_free free). Stop at the first that does not
-    fit, and return it (None when the queue ran out): nobody jumps the line."""
-    while sched.waiting:
-        req = sched.waiting[0]
-        num_tokens = sched.chunk_size(req, step)
-        if num_tokens == 0 or sched.free_seats == 0 or not sched.kv.can_allocate(num_tokens, keep_free=step.keep_free):
-            return req
-        sched.start(req, num_tokens, step)
-    return None
-
-
 class ContinuousScheduler(SchedulerBase):
     streams_tokens = True   # every new token goes back to its user at once
 
-    def __init__(self, config: EngineConfig, kv: BlockManager, parts: SchedulerSteps, outputs: OutputProcessor,
+    def __init__(self, config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
                  clock: Callable[[], float], preemption_cost: PreemptionCost | None = None):
         super().__init__(config, kv, outputs, clock)
         self.parts = parts
@@ -112,59 +73,69 @@ class ContinuousScheduler(SchedulerBase):
     # --- the skeleton ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        """decode_first (default): running requests take the token budget first, new requests get
-        what is left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then
-        new ones) go first and decodes take what is left: new users see a first token sooner."""
+        """Lesson 02's plan decides the step; the scheduler checks it against the contract and applies it.
+        decode_first (default): running requests take the token budget first, new requests get what is
+        left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then new ones) go
+        first and decodes take what is left: new users see a first token sooner."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
-        if self.config.schedule_priority == "prefill_first":
-            decodes = [r for r in self.running if self.uncomputed(r) == 1]
-            self.parts.schedule_running(self, step, [r for r in self.running if r not in decodes])
-            step.keep_free = sum(self.kv.new_blocks_needed(r.request_id) for r in decodes if r in self.running)
-            self._admit(step)
-            step.keep_free = 0
-            self.parts.schedule_running(self, step, decodes)
-        else:
-            self.parts.schedule_running(self, step, list(self.running))
-            self._admit(step)
+        state = self._state(step)
+        plan = self.parts.plan_step(state)
+        if self.parts.plan_step is not plan_step:
+            check_plan(state, plan)
+        for victim in plan.victims:
+            self.preempt(self.requests[victim], step)
+        prompts_first = self.config.schedule_priority == "prefill_first"
+        runs = [r for r in self.running if r.request_id in plan.runs]
+        later = [r for r in runs if prompts_first and self.uncomputed(r) == 1]
+        for req in runs:
+            if req not in later:
+                self.run(req, plan.runs[req.request_id], step)
+        for req in [r for r in self._line() if r.request_id in plan.starts]:
+            self._start(req, plan.starts[req.request_id], step)
+        for req in later:
+            self.run(req, plan.runs[req.request_id], step)
+        self.kv.clear_prefix_hits()
+        self._evict_for_priority(plan, state, step)
         self._stamp_first_step(step.out, step.now)
         return step.out
 
-    def _admit(self, step: Step) -> None:
-        """Nobody starts in a step that preempted (the pool is short). Swapped requests come back
-        before new ones; under the priority policy a more urgent waiting request may evict a less
-        urgent running one, and starts next step."""
-        if step.out.preempted:
-            return
-        self._swap_in(step)
-        if step.out.preempted or (self.swapped and not self._waiting_goes_first(self.swapped[0])):
-            return
-        self._look_up_prefix_of_head()
-        blocked = self.parts.admit_waiting(self, step)
-        if (blocked is not None and self.config.scheduling_policy == "priority" and self.running
-                and max(self.running, key=rank).priority > blocked.priority and self.chunk_size(blocked, step)):
+    def state_for_next_step(self) -> StepState:
+        """What plan_step is asked before the next step, as things are now (the lessons show it)."""
+        return self._state(Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock()))
+
+    def _line(self) -> list[Request]:
+        """Who may start, in the order they must, as far as the free seats reach (and one more): swapped
+        requests come back before new ones, except that under the priority policy a more urgent waiting
+        request goes first (else the two could evict each other forever)."""
+        if self.config.scheduling_policy == "priority":
+            queue = heapq.merge(self.swapped, self.waiting, key=rank)
+        else:
+            queue = chain(self.swapped, self.waiting)
+        return list(islice(queue, max(0, self.free_seats) + 1))
+
+    def _state(self, step: Step) -> StepState:
+        """The plan's snapshot. Every waiting request that might start looks its prefix up first, so that its
+        hit counts as computed and the pool keeps the hit's blocks for it."""
+        self.kv.clear_prefix_hits()
+        line = self._line()
+        for req in line[:self.free_seats]:
+            if req.status is not RequestStatus.SWAPPED:
+                self._look_up_prefix(req)
+        return StepState(
+            running=tuple(RequestView.of(r) for r in self.running), line=tuple(RequestView.of(r) for r in line),
+            free_seats=self.free_seats, token_budget=step.token_budget, free_blocks=self.kv.available_blocks(),
+            order=self.config.schedule_priority, chunk=self._chunk_for, blocks_to_grow=self.kv.new_blocks_needed,
+            blocks_to_start=self.kv.blocks_to_start, blocks_freed_by=self.kv.blocks_freed_by,
+            choose_victim=self._choose_victim)
+
+    def _evict_for_priority(self, plan: StepPlan, state: StepState, step: Step) -> None:
+        """Under the priority policy, the first of the line that could not start, when it is more urgent than
+        a running request, makes one give way: it starts in a later step."""
+        blocked = next((r for r in self._line() if r.request_id not in plan.starts), None)
+        if (blocked is not None and not plan.victims and self.config.scheduling_policy == "priority"
+                and self.running and max(self.running, key=rank).priority > blocked.priority
+                and self.chunk_size(blocked, step.token_budget, step.is_empty)):
             self.make_room(step)
-
-    def _swap_in(self, step: Step) -> None:
-        """Swapped requests come back first, while seats and blocks allow, and run this step. One
-        comes back only with room for the chunk it will run, so that chunk cannot send it straight
-        back out (two copies for nothing)."""
-        while self.swapped and not step.out.preempted and self.free_seats:
-            req = self.swapped[0]
-            chunk = max(1, self.chunk_size(req, step))
-            if self._waiting_goes_first(req) or not self.kv.can_swap_in(req.request_id, step.keep_free, chunk):
-                break
-            self.swapped.popleft()
-            step.out.block_copies.append(BlockCopy(False, self.kv.swap_in(req.request_id)))
-            self._resume(req, step)
-            step.out.swapped_in.append(req.request_id)
-            self.parts.schedule_running(self, step, [req])
-
-    def _waiting_goes_first(self, swapped: Request) -> bool:
-        """Swapped requests return before new ones, except that under the priority policy a more
-        urgent waiting request goes first (else the two could evict each other forever)."""
-        if self.config.scheduling_policy != "priority" or not self.waiting:
-            return False
-        return rank(self.waiting[0]) < rank(swapped)
 
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
                            now: float) -> list[Request]:
@@ -198,36 +169,41 @@ class ContinuousScheduler(SchedulerBase):
         (or recomputed after a preemption)."""
         return req.num_tokens - req.num_computed_tokens
 
-    def chunk_size(self, req: Request, step: Step) -> int:
-        """The tokens of req that run this step, as lesson 07's decision says (0: none)."""
+    def chunk_size(self, req: Request, budget: int, nothing_yet: bool) -> int:
+        """The tokens of req that run now, with `budget` tokens left in the step, as lesson 07's decision
+        says (0: none)."""
         todo = self.uncomputed(req)
-        num_tokens = self.parts.chunk_size(todo, step.token_budget, step.is_empty, self.config)
+        num_tokens = self.parts.chunk_size(todo, budget, nothing_yet, self.config)
         if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 0 <= num_tokens <= todo:
             raise ValueError(f"chunk_size gave {num_tokens!r} tokens to {req.request_id!r}, which has {todo} "
                              "uncomputed: a chunk is an int from 0 to the uncomputed tokens")
         return num_tokens
 
+    def _chunk_for(self, request_id: str, budget: int, nothing_yet: bool) -> int:
+        return self.chunk_size(self.requests[request_id], budget, nothing_yet)
+
     def make_room(self, step: Step) -> Request:
         """Preempt the running request that lesson 06's choose_victim picks, and return it."""
-        victim = self._victim(self.parts.choose_victim(tuple(RequestView.of(r) for r in self.running)))
+        victim = self.requests[self._choose_victim(tuple(RequestView.of(r) for r in self.running))]
         self.preempt(victim, step)
         return victim
 
-    def _victim(self, chosen: object) -> Request:
-        """The running request choose_victim named, once its answer meets the contract."""
-        by_id = {r.request_id: r for r in self.running}
+    def _choose_victim(self, candidates: tuple[RequestView, ...]) -> str:
+        """The request_id lesson 06's choose_victim names among candidates, once its answer meets the contract."""
+        chosen = self.parts.choose_victim(candidates)
+        by_id = {r.request_id: r for r in candidates}
         if not isinstance(chosen, str) or chosen not in by_id:
             raise ValueError(f"choose_victim returned {chosen!r}: it must return the request_id of one of the running "
                              f"requests it was given ({', '.join(map(repr, by_id))})")
-        victim, least_urgent = by_id[chosen], max(r.priority for r in self.running)
+        victim, least_urgent = by_id[chosen], max(r.priority for r in candidates)
         if victim.priority < least_urgent:
             raise ValueError(f"choose_victim picked {chosen!r} (priority {victim.priority}) while a less urgent request "
                              f"(priority {least_urgent}) runs: a victim never has a lower priority value than another "
                              "running request")
-        if len(self.running) > 1 and victim is min(self.running, key=rank):
+        if len(candidates) > 1 and victim is min(candidates, key=lambda r: r.rank):
             raise ValueError(f"choose_victim picked {chosen!r}, the first in serving order, while others run: the "
                              "oldest of the most urgent requests must always make progress, or a run may never end")
-        return victim
+        return chosen
 
     def preempt(self, victim: Request, step: Step) -> None:
         """The whole preemption: victim leaves the running requests and its tokens of this step go back to the
@@ -296,7 +272,17 @@ class ContinuousScheduler(SchedulerBase):
         if req.num_cached_tokens is None:
             req.num_cached_tokens = req.num_computed_tokens
         self._add_chunk(req, num_tokens, step, prefill=True)
-        self._look_up_prefix_of_head()
+
+    def _start(self, req: Request, num_tokens: int, step: Step) -> None:
+        """A request of the line starts: a swapped one comes back (its blocks are copied in) and runs."""
+        if req.status is not RequestStatus.SWAPPED:
+            self.start(req, num_tokens, step)
+            return
+        self.swapped.remove(req)
+        step.out.block_copies.append(BlockCopy(False, self.kv.swap_in(req.request_id)))
+        self._resume(req, step)
+        step.out.swapped_in.append(req.request_id)
+        self.run(req, num_tokens, step)
 
     # --- prefix caching -------------------------------------------------------------------------
 
@@ -308,14 +294,13 @@ class ContinuousScheduler(SchedulerBase):
             known += self.parts.block_hashes(new, size, known[-1] if known else None)
         return known[:num_blocks]
 
-    def _look_up_prefix_of_head(self) -> None:
-        """The head of the queue (holding no blocks) counts its cached prefix as computed, and the pool
-        keeps those blocks for its allocation. Looked up again each time it is the head, since blocks
-        are evicted meanwhile. The last known token is never in the hit: it must run to give the next
-        token's logits, so nothing is ever written into a shared block."""
-        if not self.config.enable_prefix_caching or not self.waiting:
+    def _look_up_prefix(self, req: Request) -> None:
+        """A waiting request (holding no blocks) counts its cached prefix as computed, and the pool keeps
+        those blocks for its allocation. Looked up again before each step, since blocks are evicted
+        meanwhile. The last known token is never in the hit: it must run to give the next token's
+        logits, so nothing is ever written into a shared block."""
+        if not self.config.enable_prefix_caching:
             return
-        req = self.waiting[0]
         hashes = self._hashes(req, (req.num_tokens - 1) // self.kv.block_size)
         num_blocks = self.parts.longest_cached_prefix(hashes, self.kv.cached)
         if (not isinstance(num_blocks, int) or not 0 <= num_blocks <= len(hashes)

@@ -1,109 +1,85 @@
-"""Lesson 02's graders catch plausible mistakes: each wrong step below must fail a check that names the
-rule it breaks. They are written as a learner's first tries are, on the scheduler's own methods."""
+"""Lesson 02's graders catch plausible mistakes: each wrong plan below must fail a check that names the
+rule it breaks. Each is minicb's plan with one thing a first try gets wrong."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from _pytest.outcomes import Failed
-from test_lesson02_continuous import (check_a_request_needs_a_seat, check_a_request_needs_its_blocks_and_leaves_keep_free,
-                                      check_a_request_whose_tokens_do_not_fit_gets_nothing,
-                                      check_each_running_request_gets_its_tokens_in_the_given_order,
-                                      check_nobody_jumps_the_line, check_preempts_until_the_pool_holds_the_tokens,
-                                      check_returns_none_when_everyone_started)
+from test_lesson02_continuous import check_the_contract, check_the_engine_runs_yours
 
-from minicb.scheduler.continuous import admit_waiting, schedule_running
+from minicb.scheduler.plan import StepPlan, StepState, plan_step
 
 
-def never_preempts(sched, step, requests):
-    for req in requests:
-        n = sched.chunk_size(req, step)
-        if req in sched.running and n and sched.kv.can_append(req.request_id, n):
-            sched.run(req, n, step)
+def jumps_the_line(state: StepState) -> StepPlan:
+    """After the first of the line that does not fit, starts a later one that does."""
+    plan = plan_step(state)
+    if plan.victims:
+        return plan
+    used = sum(state.blocks_to_start(r, n) for r, n in plan.starts.items())
+    budget = state.token_budget - sum(plan.runs.values()) - sum(plan.starts.values())
+    for req in state.line[len(plan.starts) + 1:state.free_seats]:
+        n = state.chunk(req.request_id, budget, False)
+        if n and used + state.blocks_to_start(req.request_id, n) <= state.free_blocks - 1:
+            return replace(plan, starts={**plan.starts, req.request_id: n})
+    return plan
 
 
-def forgets_who_was_preempted(sched, step, requests):
-    for req in requests:
-        n = sched.chunk_size(req, step)
-        if n == 0:
-            continue
-        while not sched.kv.can_append(req.request_id, n):
-            if sched.make_room(step) is req:
-                break
-        else:
-            sched.run(req, n, step)
+def starts_while_someone_gives_way(state: StepState) -> StepPlan:
+    """Preempts when it must, then still starts the head of the line."""
+    plan = plan_step(state)
+    if plan.victims and state.line and state.free_seats:
+        head = state.line[0].request_id
+        return replace(plan, starts={head: state.chunk(head, state.token_budget, False) or 1})
+    return plan
 
 
-def one_token_each(sched, step, requests):
-    """Decodes need one token, so every request gets one: the budget is never asked."""
-    for req in requests:
-        if req not in sched.running:
-            continue
-        while not sched.kv.can_append(req.request_id, 1):
-            if sched.make_room(step) is req:
-                break
-        else:
-            sched.run(req, 1, step)
+def takes_the_decodes_blocks(state: StepState) -> StepPlan:
+    """Under prefill_first, lets the starts use the blocks the running decodes will need."""
+    plan = plan_step(state)
+    prompts_only = replace(state, running=tuple(r for r in state.running if state.uncomputed(r.request_id) > 1))
+    return plan if plan.victims else replace(plan, starts=plan_step(prompts_only).starts)
 
 
-def runs_in_running_order(sched, step, requests):
-    schedule_running(sched, step, list(sched.running))
+def decode_first_always(state: StepState) -> StepPlan:
+    """Ignores state.order: the running requests take the budget first either way."""
+    return plan_step(replace(state, order="decode_first"))
 
 
-@pytest.mark.parametrize("wrong,check,rule", [
-    (never_preempts, check_preempts_until_the_pool_holds_the_tokens, "rule 3"),
-    (forgets_who_was_preempted, check_preempts_until_the_pool_holds_the_tokens, "rule 1|rules 1 and 3"),
-    (one_token_each, check_a_request_whose_tokens_do_not_fit_gets_nothing, "rule 2"),
-    (runs_in_running_order, check_each_running_request_gets_its_tokens_in_the_given_order, "in the order given"),
+def never_preempts(state: StepState) -> StepPlan:
+    """Gives the running requests what fits and preempts nobody."""
+    plan = plan_step(state)
+    return replace(plan, victims=[])
+
+
+def asks_chunk_with_the_whole_budget(state: StepState) -> StepPlan:
+    """Asks every request's chunk with the full budget, not with what the requests before it left."""
+    return plan_step(replace(state, chunk=lambda rid, budget, nothing_yet: state.chunk(rid, state.token_budget,
+                                                                                       nothing_yet)))
+
+
+def counts_shared_blocks_as_freed(state: StepState) -> StepPlan:
+    """Counts every block a victim holds as freed, shared ones too, so it stops preempting too early."""
+    return plan_step(replace(state, blocks_freed_by=lambda rid: state.blocks_freed_by(rid) + 1))
+
+
+@pytest.mark.parametrize("wrong, order, rule", [
+    (jumps_the_line, "decode_first", "rule 'starts'"),
+    (starts_while_someone_gives_way, "decode_first", "rule 'starts'"),
+    (takes_the_decodes_blocks, "prefill_first", "rule 'starts'"),
+    (decode_first_always, "prefill_first", "rule 'starts'"),
+    (never_preempts, "decode_first", "rule 'victims'"),
+    # Too many tokens for the later requests: too many blocks, so someone gives way for nothing, or too many tokens.
+    (asks_chunk_with_the_whole_budget, "decode_first", "rule '(victims|runs)'"),
+    (counts_shared_blocks_as_freed, "decode_first", "rule 'victims'"),
 ])
-def test_a_wrong_schedule_running_fails_the_rule_it_breaks(wrong, check, rule):
-    with pytest.raises((AssertionError, Failed), match=rule):
-        check(wrong)
+def test_a_wrong_plan_fails_the_rule_it_breaks(wrong, order, rule):
+    with pytest.raises(AssertionError, match=rule):
+        check_the_contract(wrong, order)
 
 
-def jumps_the_line(sched, step):
-    """Starts whoever fits, in queue order: a later request may go before an earlier one that waits."""
-    blocked = None
-    for req in list(sched.waiting):
-        n = sched.chunk_size(req, step)
-        if n and sched.free_seats and sched.kv.can_allocate(n, keep_free=step.keep_free):
-            sched.start(req, n, step)
-        elif blocked is None:
-            blocked = req
-    return blocked
-
-
-def ignores_keep_free(sched, step):
-    while sched.waiting:
-        req = sched.waiting[0]
-        n = sched.chunk_size(req, step)
-        if n == 0 or sched.free_seats == 0 or not sched.kv.can_allocate(n):
-            return req
-        sched.start(req, n, step)
-    return None
-
-
-def forgets_the_seats(sched, step):
-    while sched.waiting:
-        req = sched.waiting[0]
-        n = sched.chunk_size(req, step)
-        if n == 0 or not sched.kv.can_allocate(n, keep_free=step.keep_free):
-            return req
-        sched.start(req, n, step)
-    return None
-
-
-def returns_nothing_when_blocked(sched, step):
-    admit_waiting(sched, step)
-    return None
-
-
-@pytest.mark.parametrize("wrong,check,rule", [
-    (jumps_the_line, check_nobody_jumps_the_line, "first come, first served"),
-    (ignores_keep_free, check_a_request_needs_its_blocks_and_leaves_keep_free, "keep_free"),
-    (forgets_the_seats, check_a_request_needs_a_seat, "seats"),
-    (returns_nothing_when_blocked, check_nobody_jumps_the_line, "return the request that could not start"),
-    (lambda sched, step: sched.waiting[0] if sched.waiting else None, check_returns_none_when_everyone_started,
-     "rule 3"),
-])
-def test_a_wrong_admit_waiting_fails_the_rule_it_breaks(wrong, check, rule):
-    with pytest.raises((AssertionError, Failed), match=rule):
-        check(wrong)
+@pytest.mark.parametrize("wrong, name", [(never_preempts, "decode_first, preempting"),
+                                         (takes_the_decodes_blocks, "prefill_first, chunked")])
+def test_the_engine_refuses_a_wrong_plan_with_its_rule(wrong, name):
+    with pytest.raises(Failed, match="the engine runs your plan .* rule '"):
+        check_the_engine_runs_yours(wrong, name)

@@ -21,7 +21,7 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch
 
     What it may read: the chunks and block_size alone. The chunks are the step's B sequences, in order;
     chunk i brings its sequence's new tokens (`token_ids`, the last len(token_ids) tokens of its context),
-    how many tokens of it the KV cache holds already (`num_cached`), its cache blocks in order
+    how many tokens of it the KV cache holds already (`num_computed`), its cache blocks in order
     (`block_table`, each block_size positions long; it may list more blocks than the context fills),
     whether a next token is sampled after the chunk (`needs_logits`), and whether its K/V are kept
     (`write_kv`: False for padding, rows computed and thrown away).
@@ -38,7 +38,7 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch
     - block_tables (B, M): row i is chunk i's block_table, the shorter ones padded with -1;
     - logits_indices (B',): for each chunk with needs_logits, in chunk order, the row whose hidden
       state predicts its sequence's next token (chunks without needs_logits have none);
-    - max_seqlen_q, max_seq_len: plain ints, the most rows of one chunk and the longest seq_len
+    - max_query_len, max_seq_len: plain ints, the most rows of one chunk and the longest seq_len
       (kernels size their grids from them without reading the device).
     dtypes: int64 for input_ids, positions, slot_mapping and logits_indices; int32 for cu_seqlens_q,
     seq_lens and block_tables; every tensor on `device`. Compute every field yourself: calling minicb's

@@ -21,8 +21,8 @@ PAD_TOKEN = 0   # any id will do: padding rows are computed and thrown away
 @dataclass
 class SequenceChunk:
     token_ids: list[int]     # the new tokens this step
-    num_cached: int          # tokens already in the KV cache before them (their first position)
-    block_table: list[int]   # the sequence's blocks; must cover num_cached + len(token_ids)
+    num_computed: int        # tokens already in the KV cache before them (their first position)
+    block_table: list[int]   # the sequence's blocks; must cover num_computed + len(token_ids)
     needs_logits: bool = True  # False for a prefill chunk that is not the prompt's last
     write_kv: bool = True      # False for padding: computed, never stored
 
@@ -53,12 +53,12 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int,
     seq_lens: list[int] = []
     logits_indices: list[int] = []
     for chunk in chunks:
-        q_len, seq_len = len(chunk.token_ids), chunk.num_cached + len(chunk.token_ids)
+        q_len, seq_len = len(chunk.token_ids), chunk.num_computed + len(chunk.token_ids)
         if not 0 < q_len <= seq_len:
             raise ValueError(f"a sequence needs 1..seq_len new tokens, got {q_len} of {seq_len}")
         if len(chunk.block_table) * block_size < seq_len:
             raise ValueError(f"block table of {len(chunk.block_table)} blocks cannot hold {seq_len} tokens")
-        span = range(chunk.num_cached, seq_len)
+        span = range(chunk.num_computed, seq_len)
         seq_lens.append(seq_len)
         input_ids += chunk.token_ids
         positions += span
@@ -76,7 +76,7 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int,
         block_tables=as_tensor([c.block_table + [-1] * (width - len(c.block_table)) for c in chunks],
                                torch.int32),                                                      # (B, M)
         slot_mapping=as_tensor(slots, torch.int64),                                               # (T,)
-        max_seqlen_q=max(len(c.token_ids) for c in chunks), max_seq_len=max(seq_lens))
+        max_query_len=max(len(c.token_ids) for c in chunks), max_seq_len=max(seq_lens))
     return FlatBatch(as_tensor(input_ids, torch.int64), as_tensor(positions, torch.int64), attn,  # (T,), (T,)
                      as_tensor(logits_indices, torch.int64))                                      # (B',)
 

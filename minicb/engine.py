@@ -70,7 +70,7 @@ def stacklevel_outside_minicb() -> int:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, parts: EngineParts | None = None, **overrides):
-        """parts: the seam where the course plugs in a learner's scheduler steps, batch builder,
+        """parts: the seam where the course plugs in a learner's scheduler parts, batch builder,
         allocator or kernel (minicb/parts.py); None runs minicb's own."""
         self.config = c = config or EngineConfig(**overrides)
         self.parts = parts = parts or EngineParts()

@@ -28,27 +28,27 @@ def dense_causal_attention(q, k, v, scale):
 def test_paged_attention_matches_dense(backend, block_size, heads, kv_heads):
     g = torch.Generator().manual_seed(block_size * 10 + heads + kv_heads)
     hd, num_blocks = 8, 64
-    # (cached prefix, new tokens): a prefill, a chunked-prefill continuation, decodes, block edges
+    # (computed prefix, new tokens): a prefill, a chunked-prefill continuation, decodes, block edges
     shapes = [(0, 9), (5, 3), (16, 1), (block_size - 1, 1), (0, 1), (2 * block_size, block_size)]
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, hd)
     v_cache = torch.zeros_like(k_cache)
     free = torch.randperm(num_blocks, generator=g).tolist()  # shuffled, non-contiguous blocks
     tables, full_k, full_v, qs, ks, vs = [], [], [], [], [], []
-    for cached, new in shapes:
-        total = cached + new
+    for computed, new in shapes:
+        total = computed + new
         table = [free.pop() for _ in range(math.ceil(total / block_size))]
         tables.append(table)
         k_all = torch.randn(total, kv_heads, hd, generator=g)
         v_all = torch.randn(total, kv_heads, hd, generator=g)
-        for pos in range(cached):  # the prefix is already in the cache from earlier steps
+        for pos in range(computed):  # the prefix is already in the cache from earlier steps
             k_cache[table[pos // block_size], pos % block_size] = k_all[pos]
             v_cache[table[pos // block_size], pos % block_size] = v_all[pos]
         full_k.append(k_all)
         full_v.append(v_all)
         qs.append(torch.randn(new, heads, hd, generator=g))
-        ks.append(k_all[cached:])
-        vs.append(v_all[cached:])
-    chunks = [SequenceChunk([0] * new, cached, table) for (cached, new), table in zip(shapes, tables)]
+        ks.append(k_all[computed:])
+        vs.append(v_all[computed:])
+    chunks = [SequenceChunk([0] * new, computed, table) for (computed, new), table in zip(shapes, tables)]
     meta = build_flat_batch(chunks, block_size).attn
     out = BACKENDS[backend](torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta, scale=hd ** -0.5)
     want = torch.cat([dense_causal_attention(q, k, v, hd ** -0.5) for q, k, v in zip(qs, full_k, full_v)])

@@ -17,7 +17,7 @@ from minicb.sampling import SamplingParams
 
 
 def batch_over_nan_garbage(shapes: list[tuple[int, int]]) -> tuple[tuple, torch.Tensor]:
-    """A batch of (cached prefix, new tokens) sequences whose caches hold NaN in every slot no sequence owns:
+    """A batch of (computed prefix, new tokens) sequences whose caches hold NaN in every slot no sequence owns:
     block 0 (where padding points) and the tails of the last blocks. Returns the attention inputs
     (q, k, v, k_cache, v_cache, meta) and the dense attention over each real context alone."""
     g = torch.Generator().manual_seed(7)
@@ -26,20 +26,20 @@ def batch_over_nan_garbage(shapes: list[tuple[int, int]]) -> tuple[tuple, torch.
     v_cache = torch.full_like(k_cache, float("nan"))
     free = list(range(num_blocks - 1, 0, -1))   # block 0 stays garbage
     tables, qs, ks, vs, want = [], [], [], [], []
-    for cached, new in shapes:
-        total = cached + new
+    for computed, new in shapes:
+        total = computed + new
         table = [free.pop() for _ in range(math.ceil(total / block_size))]
         k_all = torch.randn(total, kv_heads, hd, generator=g)      # (S, n_kv, hd)
         v_all = torch.randn(total, kv_heads, hd, generator=g)      # (S, n_kv, hd)
-        for pos in range(cached):
+        for pos in range(computed):
             k_cache[table[pos // block_size], pos % block_size] = k_all[pos]
             v_cache[table[pos // block_size], pos % block_size] = v_all[pos]
         tables.append(table)
         qs.append(torch.randn(new, heads, hd, generator=g))         # (t, H, hd)
-        ks.append(k_all[cached:])
-        vs.append(v_all[cached:])
+        ks.append(k_all[computed:])
+        vs.append(v_all[computed:])
         want.append(dense_causal_attention(qs[-1], k_all, v_all, hd ** -0.5))
-    chunks = [SequenceChunk([0] * new, cached, table) for (cached, new), table in zip(shapes, tables)]
+    chunks = [SequenceChunk([0] * new, computed, table) for (computed, new), table in zip(shapes, tables)]
     meta = build_flat_batch(chunks, block_size).attn
     return (torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta), torch.cat(want)
 

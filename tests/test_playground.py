@@ -9,6 +9,7 @@ import re
 import pytest
 
 import minicb.viz.playground as pg_module
+from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.goodput import SloTarget
 from minicb.hardware import PRESETS
@@ -33,7 +34,7 @@ def direct_summary(settings: PlaygroundSettings) -> dict:
     engine = LLMEngine(device="cpu", simulate=True, step_cost=CPU.step_cost, num_blocks=CPU.num_blocks,
                        block_size=CPU.block_size, max_num_seqs=settings.max_num_seqs,
                        max_num_batched_tokens=settings.max_num_batched_tokens,
-                       enable_chunked_prefill=settings.chunked_prefill, seed=settings.seed)
+                       enable_chunked_prefill=settings.enable_chunked_prefill, seed=settings.seed)
     requests, priorities = playground_workload(settings)
     assert set(priorities) == {0}
     return summarize(run_workload(engine, requests, progress=False), engine.trace)
@@ -61,22 +62,22 @@ def test_the_widget_shows_what_the_simulator_gives_and_redraws_on_a_change(widge
 
 
 def test_pin_keeps_a_run_beside_the_next(widget):
-    widget.controls["chunked_prefill"].value = False
+    widget.controls["enable_chunked_prefill"].value = False
     pinned = shown(widget.html)
     widget.pin()
-    widget.controls["chunk_tokens"].value = 64   # greyed out, and unused, until chunking is on
+    widget.controls["long_prefill_token_threshold"].value = 64   # greyed out, and unused, until chunking is on
     assert shown(widget.html) == pytest.approx(pinned, nan_ok=True)
-    widget.controls["chunked_prefill"].value = True
+    widget.controls["enable_chunked_prefill"].value = True
     html = widget.html
     assert shown(html, "pinned") == pytest.approx(pinned, nan_ok=True)
     assert shown(html, "current") == pytest.approx(widget.current.figures(), nan_ok=True)
     assert shown(html, "current")["itl_p99_s"] < pinned["itl_p99_s"], "chunking keeps long prefills off decodes"
     assert ">pinned</th>" in html and ">current</th>" in html and ">change</th>" in html
-    assert "chunked_prefill False → True" in html and "chunk_tokens 0 → 64" in html
+    assert "enable_chunked_prefill False → True" in html and "long_prefill_token_threshold 0 → 64" in html
     widget.unpin()
     assert not shown(widget.html, "pinned")
-    widget.controls["chunked_prefill"].value = False
-    widget.controls["chunk_tokens"].value = 0
+    widget.controls["enable_chunked_prefill"].value = False
+    widget.controls["long_prefill_token_threshold"].value = 0
 
 
 def test_the_controls_cover_every_setting_and_sliders_wait_for_release(widget):
@@ -86,6 +87,22 @@ def test_the_controls_cover_every_setting_and_sliders_wait_for_release(widget):
         if hasattr(control, "continuous_update"):
             assert control.continuous_update is False, f"{name} would re-run the simulator while dragged"
 
+
+def test_an_engine_knob_has_engine_configs_name_and_reaches_it_unchanged(widget):
+    workload_only = {"rate", "lengths", "long_prompt_fraction", "shared_prologue", "num_requests", "urgent_fraction",
+                     "slo"}
+    engine_knobs = {f.name for f in dataclasses.fields(EngineConfig)}
+    names = {f.name for f in dataclasses.fields(PlaygroundSettings)}
+    assert names - engine_knobs == workload_only, "a playground field names an engine knob by another name"
+    chosen = dict(max_num_seqs=7, max_num_batched_tokens=320, num_blocks=123, block_size=8,
+                  enable_chunked_prefill=True, long_prefill_token_threshold=48, schedule_priority="prefill_first",
+                  scheduling_policy="priority", preemption_mode="swap", max_waiting=0, max_queue_delay_s=0.5,
+                  enable_prefix_caching=True, seed=3)
+    assert set(chosen) == names - workload_only
+    config = pg_module.engine_config(dataclasses.replace(SMALL, **chosen), CPU)
+    assert {name: getattr(config, name) for name in chosen} == chosen, "0 is a bound in EngineConfig, as here"
+    widget.controls["max_waiting"].value = 0
+    assert widget.settings.max_waiting is None, "the widget's box shows no bound as 0"
 
 def test_another_preset_loads_its_pool_and_runs_once(monkeypatch):
     runs = []
@@ -137,13 +154,13 @@ def test_a_shared_prologue_with_prefix_caching_hits_as_the_engine_counts_it(widg
     speakers = [r for r in requests if isinstance(r.prompt, str)]
     assert speakers and all(r.prompt.startswith(PROLOGUE) for r in speakers), "every speaker line after the Prologue"
     assert shown(widget.html)["prefix_hit_pct"] == 0, "caching is off until its box is ticked"
-    widget.controls["prefix_caching"].value = True
+    widget.controls["enable_prefix_caching"].value = True
     engine = LLMEngine(pg_module.engine_config(widget.settings, CPU))
     assert engine.config.enable_prefix_caching
     outputs = serve(engine, requests, [0] * len(requests))
     cached = sum(o.num_cached_tokens for o in outputs) / sum(len(o.prompt_token_ids) for o in outputs)
     assert shown(widget.html)["prefix_hit_pct"] == pytest.approx(100 * cached) and cached > 0.5
-    widget.controls["shared_prologue"].value = widget.controls["prefix_caching"].value = False
+    widget.controls["shared_prologue"].value = widget.controls["enable_prefix_caching"].value = False
 
 
 def test_seat_strip_counts_every_busy_seat_step():

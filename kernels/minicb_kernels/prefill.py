@@ -66,7 +66,7 @@ def varlen_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, cu_seqlens
 
 
 def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                     seq_lens: torch.Tensor, block_tables: torch.Tensor, max_seqlen_q: int,
+                     seq_lens: torch.Tensor, block_tables: torch.Tensor, max_query_len: int,
                      scale: float) -> torch.Tensor:
     """q (T, H, hd) packed by cu_seqlens_q (B+1,); caches (num_blocks, block_size, n_kv, hd) already
     holding every token's K/V; seq_lens (B,); block_tables (B, M) -> out (T, H, hd)."""
@@ -76,7 +76,7 @@ def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if T == 0:
         return out
     block_m, block_n = tile_sizes(head_dim, q.dtype)
-    grid = (triton.cdiv(max_seqlen_q, block_m), seq_lens.shape[0], num_heads)
+    grid = (triton.cdiv(max_query_len, block_m), seq_lens.shape[0], num_heads)
     varlen_attention_kernel[grid](
         q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, scale * LOG2_E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

@@ -14,10 +14,10 @@ import torch
 @dataclass
 class AttentionMetadata:
     cu_seqlens_q: torch.Tensor   # (B+1,) int32: sequence i's new tokens are rows cu[i]:cu[i+1] of the batch
-    seq_lens: torch.Tensor       # (B,) int32: context length after this step (cached prefix + new tokens)
+    seq_lens: torch.Tensor       # (B,) int32: context length after this step (computed prefix + new tokens)
     block_tables: torch.Tensor   # (B, M) int32: block ids holding each sequence's context, -1 past the end
     slot_mapping: torch.Tensor   # (T,) int64: where each new token's K/V goes (block * block_size + offset); -1 skips
-    max_seqlen_q: int            # longest run of new tokens, so kernels can size their grids without a sync
+    max_query_len: int           # longest run of new tokens, so kernels can size their grids without a sync
     max_seq_len: int
     derived: dict = field(default_factory=dict, repr=False, compare=False)  # per-step layouts a backend caches
 

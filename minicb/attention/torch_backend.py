@@ -63,7 +63,7 @@ def dense_layout(meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -
     metadata, so they are built once per step and reused by every layer."""
     key = ("dense", block_size, dtype)
     if key not in meta.derived:
-        B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_seqlen_q
+        B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_query_len
         device = meta.seq_lens.device
         pos = torch.arange(S, device=device)
         blocks = meta.block_tables.long().clamp(min=0).gather(1, (pos // block_size).expand(B, S))
@@ -84,7 +84,7 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """The same attention as paged_attention, in one SDPA call for the whole batch.
 
     Every sequence's context is gathered through its block table into one padded tensor
-    (B, max_seq_len, n_kv, hd), and the queries into (B, max_seqlen_q, H, hd); a mask hides
+    (B, max_seq_len, n_kv, hd), and the queries into (B, max_query_len, H, hd); a mask hides
     the padding and the future. It computes on padding, but the CPU prefers one big call to B
     small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
     """
@@ -98,11 +98,11 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     keys.index_fill_(0, past_end, 0.0)
     values.index_fill_(0, past_end, 0.0)
     keys, values = keys.view(B, S, *k.shape[1:]), values.view(B, S, *v.shape[1:])  # (B, S, n_kv, hd) each
-    decode_only = meta.max_seqlen_q == 1   # one row per sequence, in order: no scatter needed
+    decode_only = meta.max_query_len == 1   # one row per sequence, in order: no scatter needed
     if decode_only:
         queries = q[:, None]                                                 # (B, 1, H, hd)
     else:
-        queries = q.new_zeros(B, meta.max_seqlen_q, *q.shape[1:])           # (B, Q, H, hd)
+        queries = q.new_zeros(B, meta.max_query_len, *q.shape[1:])           # (B, Q, H, hd)
         queries[seq_of_row, row_in_seq] = q
     out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                          attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)

@@ -45,8 +45,8 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache:
     from minicb_kernels import paged_decode_attention, store_kv, varlen_attention
 
     store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-    if meta.max_seqlen_q == 1:
+    if meta.max_query_len == 1:
         return (decode or paged_decode_attention)(q, k_cache, v_cache, meta.seq_lens, meta.block_tables,
                                                   meta.max_seq_len, scale)
     return varlen_attention(q, k_cache, v_cache, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables,
-                            meta.max_seqlen_q, scale)
+                            meta.max_query_len, scale)

@@ -39,8 +39,9 @@ LONG_PROMPT_TOKENS = (300, 600)    # a long document's prompt length, uniform in
 
 @dataclass(frozen=True)
 class PlaygroundSettings:
-    """One field per control of the playground. The defaults simulate 500 requests (4,300 steps) in about
-    2 s of CPU, under the CPU preset's knee: p99 TTFT meets the SLO, p99 ITL does not."""
+    """One field per control of the playground; an engine knob has EngineConfig's name and meaning. The
+    defaults simulate 500 requests (4,300 steps) in about 2 s of CPU, under the CPU preset's knee: p99 TTFT
+    meets the SLO, p99 ITL does not."""
     # The workload.
     rate: float = 25.0                     # Poisson arrivals, requests per second
     lengths: str = "heavy"                 # output lengths: "fixed" (32), "uniform" (1-256), "heavy" (Bard-like)
@@ -53,16 +54,16 @@ class PlaygroundSettings:
     max_num_batched_tokens: int = 2048
     num_blocks: int | None = None          # the KV pool in blocks; None: the preset's
     block_size: int | None = None          # tokens per KV block; None: the preset's
-    chunked_prefill: bool = False
-    chunk_tokens: int = 0                  # with chunking: the most prompt tokens one request gets per step;
-    #                                        0: what the step's budget leaves (long_prefill_token_threshold)
+    enable_chunked_prefill: bool = False
+    long_prefill_token_threshold: int = 0  # with chunking: the most prompt tokens one request gets per step;
+    #                                        0: what the step's budget leaves
     schedule_priority: str = "decode_first"  # or "prefill_first"
     scheduling_policy: str = "fcfs"        # or "priority"
     urgent_fraction: float = 0.2           # under "priority": the share of requests with priority 0, the rest 1
     preemption_mode: str = "recompute"     # or "swap", "auto"
-    max_waiting: int = 0                   # admission: reject arrivals beyond this queue length; 0: no limit
-    max_queue_delay_s: float = 0.0         # admission: reject requests not started within this; 0: no limit
-    prefix_caching: bool = False           # enable_prefix_caching: reuse the KV of a prompt's cached full blocks
+    max_waiting: int | None = None         # admission: reject arrivals beyond this queue length; None: no limit
+    max_queue_delay_s: float | None = None  # admission: reject requests not started within this; None: no limit
+    enable_prefix_caching: bool = False    # reuse the KV of a prompt's cached full blocks
     # What counts as served well.
     slo: SloTarget = SloTarget()
 
@@ -91,11 +92,11 @@ def engine_config(s: PlaygroundSettings, preset: HardwarePreset) -> EngineConfig
         device="cpu", simulate=True, step_cost=preset.step_cost,
         num_blocks=s.num_blocks or preset.num_blocks, block_size=s.block_size or preset.block_size,
         max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-        enable_chunked_prefill=s.chunked_prefill, long_prefill_token_threshold=s.chunk_tokens,
+        enable_chunked_prefill=s.enable_chunked_prefill, long_prefill_token_threshold=s.long_prefill_token_threshold,
         schedule_priority=s.schedule_priority,
         scheduling_policy=s.scheduling_policy, preemption_mode=s.preemption_mode,
-        max_waiting=s.max_waiting or None, max_queue_delay_s=s.max_queue_delay_s or None,
-        enable_prefix_caching=s.prefix_caching, seed=s.seed)
+        max_waiting=s.max_waiting, max_queue_delay_s=s.max_queue_delay_s,
+        enable_prefix_caching=s.enable_prefix_caching, seed=s.seed)
 
 
 def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[int]) -> list[RequestOutput]:
@@ -235,7 +236,8 @@ def _setting_text(s: PlaygroundSettings) -> dict[str, str]:
 
 def _describe(r: PlaygroundResult) -> str:
     s = r.settings
-    chunking = "unchunked" if not s.chunked_prefill else f"chunked ≤ {s.chunk_tokens}" if s.chunk_tokens else "chunked"
+    cap = s.long_prefill_token_threshold
+    chunking = "unchunked" if not s.enable_chunked_prefill else f"chunked ≤ {cap}" if cap else "chunked"
     policy = f"priority ({100 * s.urgent_fraction:.0f}% urgent)" if s.scheduling_policy == "priority" else "fcfs"
     parts = [f"{s.num_requests} requests at {s.rate:g} req/s", f"{s.lengths} lengths",
              f"{100 * s.long_prompt_fraction:.0f}% long prompts", f"{s.max_num_seqs} seats",
@@ -243,11 +245,11 @@ def _describe(r: PlaygroundResult) -> str:
              s.schedule_priority, policy, s.preemption_mode]
     if s.shared_prologue:
         parts.insert(3, "a shared prologue")
-    if s.prefix_caching:
+    if s.enable_prefix_caching:
         parts.append("prefix caching")
-    if s.max_waiting:
+    if s.max_waiting is not None:
         parts.append(f"max_waiting {s.max_waiting}")
-    if s.max_queue_delay_s:
+    if s.max_queue_delay_s is not None:
         parts.append(f"max_queue_delay {s.max_queue_delay_s:g} s")
     return " · ".join(parts)
 
@@ -383,9 +385,11 @@ class Playground:
                                            description="KV pool (blocks)", **quiet),
             "block_size": w.Dropdown(options=sorted({1, 2, 4, 8, 16, 32, 64, 128, pool.block_size}),
                                      value=base.block_size or pool.block_size, description="block_size", **plain),
-            "chunked_prefill": w.Checkbox(value=base.chunked_prefill, description="chunked prefill", **plain),
-            "chunk_tokens": w.IntSlider(value=base.chunk_tokens, min=0, max=2048, step=16,
-                                        description="chunk cap (tokens, 0: budget)", **quiet),
+            "enable_chunked_prefill": w.Checkbox(value=base.enable_chunked_prefill, description="chunked prefill",
+                                                 **plain),
+            "long_prefill_token_threshold": w.IntSlider(value=base.long_prefill_token_threshold, min=0, max=2048,
+                                                        step=16, description="chunk cap (tokens, 0: budget)",
+                                                        **quiet),
             "schedule_priority": w.Dropdown(options=["decode_first", "prefill_first"], value=base.schedule_priority,
                                             description="step's budget goes", **plain),
             "scheduling_policy": w.Dropdown(options=["fcfs", "priority"], value=base.scheduling_policy,
@@ -394,10 +398,11 @@ class Playground:
                                              description="priority 0 (share)", **quiet),
             "preemption_mode": w.Dropdown(options=["recompute", "swap", "auto"], value=base.preemption_mode,
                                           description="preemption", **plain),
-            "prefix_caching": w.Checkbox(value=base.prefix_caching, description="prefix caching", **plain),
-            "max_waiting": w.BoundedIntText(value=base.max_waiting, min=0, max=10**7,
+            "enable_prefix_caching": w.Checkbox(value=base.enable_prefix_caching, description="prefix caching",
+                                                **plain),
+            "max_waiting": w.BoundedIntText(value=base.max_waiting or 0, min=0, max=10**7,
                                             description="max_waiting (0: off)", **quiet),
-            "max_queue_delay_s": w.BoundedFloatText(value=base.max_queue_delay_s, min=0, max=10**4, step=0.1,
+            "max_queue_delay_s": w.BoundedFloatText(value=base.max_queue_delay_s or 0, min=0, max=10**4, step=0.1,
                                                     description="max_queue_delay_s (0: off)", **quiet),
         }
         self.pin_button = w.Button(description="pin this run", tooltip="keep its figures next to the next runs'")
@@ -416,10 +421,11 @@ class Playground:
         c = self.controls
         workload = w.VBox([w.HTML("<b>workload</b>"), c["rate"], c["lengths"], c["long_prompt_fraction"],
                            c["shared_prologue"], w.HTML("<b>KV cache</b>"), c["num_blocks"], c["block_size"],
-                           c["preemption_mode"], c["prefix_caching"]])
+                           c["preemption_mode"], c["enable_prefix_caching"]])
         engine = w.VBox([w.HTML("<b>scheduler</b>"), c["max_num_seqs"], c["max_num_batched_tokens"],
-                         c["chunked_prefill"], c["chunk_tokens"], c["schedule_priority"], c["scheduling_policy"],
-                         c["urgent_fraction"], w.HTML("<b>admission</b>"), c["max_waiting"], c["max_queue_delay_s"]])
+                         c["enable_chunked_prefill"], c["long_prefill_token_threshold"], c["schedule_priority"],
+                         c["scheduling_policy"], c["urgent_fraction"], w.HTML("<b>admission</b>"), c["max_waiting"],
+                         c["max_queue_delay_s"]])
         self.widget = w.VBox([self.preset, w.HBox([workload, engine]),
                               w.HBox([self.pin_button, self.unpin_button, self.progress_note]), self.view])
         self.widget.add_class("minicb-playground-widget")
@@ -427,13 +433,17 @@ class Playground:
 
     @property
     def settings(self) -> PlaygroundSettings:
-        return dataclasses.replace(self.fixed, **{name: c.value for name, c in self.controls.items()})
+        values = {name: c.value for name, c in self.controls.items()}
+        # A number box cannot be empty, so the queue bounds show "off" as 0; in EngineConfig, 0 is a bound.
+        for bound in ("max_waiting", "max_queue_delay_s"):
+            values[bound] = values[bound] or None
+        return dataclasses.replace(self.fixed, **values)
 
     def run(self) -> PlaygroundResult | None:
         """Simulate the controls' settings and redraw; a setting the engine refuses shows its message instead."""
         # Knobs that do nothing under the other knobs' values are greyed out, not hidden.
         self.controls["urgent_fraction"].disabled = self.controls["scheduling_policy"].value != "priority"
-        self.controls["chunk_tokens"].disabled = not self.controls["chunked_prefill"].value
+        self.controls["long_prefill_token_threshold"].disabled = not self.controls["enable_chunked_prefill"].value
         self.progress_note.value = "simulating…"
         try:
             self.current = playground_run(self.settings, self.presets[self.preset.value], self.parts)

@@ -366,7 +366,7 @@ def test_playground_reruns_when_a_control_moves(lab, browser):
         box.get_by_role("button", name="pin this run").click()
         page.wait_for_selector('.minicb-playground th:text-is("pinned")')
         box.locator(".widget-checkbox", has_text="chunked prefill").locator("input").check()
-        page.wait_for_selector('.minicb-playground :text("chunked_prefill False → True")', timeout=60_000)
+        page.wait_for_selector('.minicb-playground :text("enable_chunked_prefill False → True")', timeout=60_000)
         both = figures(page)
         assert both["pinned"] == fixed, "the pinned column keeps the figures of the run that was pinned"
         assert set(both["current"]) == set(fixed)

@@ -28,21 +28,21 @@ mine = course.lesson("lesson03_selective")
 Builder = Callable[..., FlatBatch]
 
 # A prefill of 3 tokens in block 3; a decode at position 17 (its second block is 2); a chunk of
-# 2 tokens after 4 cached ones in block 1, which is not the prompt's end (no logits).
+# 2 tokens after 4 computed ones in block 1, which is not the prompt's end (no logits).
 CHUNKS = [SequenceChunk([5, 6, 7], 0, [3]), SequenceChunk([8], 17, [0, 2]),
           SequenceChunk([9, 10], 4, [1], needs_logits=False)]
 SLOT_RULE = "each row's K/V goes to the cache slot that holds its position in the sequence's blocks"
 
 ROWS_RULE = "cu_seqlens_q: 0, then where each chunk's rows end, chunk after chunk"
 INPUT_RULE = "input_ids: every chunk's token_ids, in its own rows"
-POSITION_RULE = ("positions: a row's position counts every token of its sequence before it, the num_cached "
+POSITION_RULE = ("positions: a row's position counts every token of its sequence before it, the num_computed "
                  "ones already in the cache included")
-SEQ_LEN_RULE = "seq_lens: the context attention reads, the cached tokens and this step's together"
+SEQ_LEN_RULE = "seq_lens: the context attention reads, the num_computed tokens and this step's together"
 TABLE_RULE = "block_tables: row i is chunk i's block_table, the shorter tables padded with -1"
 PADDING_RULE = "slot_mapping: a chunk with write_kv False writes nothing: -1 in each of its rows"
 LOGITS_RULE = ("logits_indices: for each chunk with needs_logits, the row whose hidden state predicts the "
                "sequence's next token: the chunk's last")
-MAX_RULE = "max_seqlen_q and max_seq_len: plain ints, the most rows of one chunk and the longest seq_len"
+MAX_RULE = "max_query_len and max_seq_len: plain ints, the most rows of one chunk and the longest seq_len"
 FIELD_RULES = {"input_ids": INPUT_RULE, "positions": POSITION_RULE, "logits_indices": LOGITS_RULE,
                "slot_mapping": f"slot_mapping: {SLOT_RULE}", "cu_seqlens_q": ROWS_RULE, "seq_lens": SEQ_LEN_RULE,
                "block_tables": TABLE_RULE}
@@ -60,7 +60,7 @@ def describe(chunks: list[SequenceChunk], block_size: int) -> str:
     """A step in words, as a failure message shows it."""
     def one(i: int, c: SequenceChunk) -> str:
         flags = "".join([", no logits" * (not c.needs_logits), ", padding (write_kv False)" * (not c.write_kv)])
-        return f"chunk {i}: {len(c.token_ids)} new after {c.num_cached} cached, blocks {c.block_table}{flags}"
+        return f"chunk {i}: {len(c.token_ids)} new after {c.num_computed} computed, blocks {c.block_table}{flags}"
     return f"block_size {block_size}; " + "; ".join(one(i, c) for i, c in enumerate(chunks))
 
 
@@ -106,7 +106,7 @@ def check_flat_batch(build: Builder, chunks: list[SequenceChunk], block_size: in
     cu = ref["cu_seqlens_q"]
     for i, chunk in enumerate(chunks):
         rows = slice(cu[i], cu[i + 1])
-        of = f"chunk {i} ({len(chunk.token_ids)} new after {chunk.num_cached} cached), rows {cu[i]}:{cu[i + 1]}"
+        of = f"chunk {i} ({len(chunk.token_ids)} new after {chunk.num_computed} computed), rows {cu[i]}:{cu[i + 1]}"
         if got["input_ids"][rows] != ref["input_ids"][rows]:
             broken(INPUT_RULE, f"{of}: got {got['input_ids'][rows]}, want {chunk.token_ids}")
         if got["positions"][rows] != ref["positions"][rows]:
@@ -128,25 +128,25 @@ def check_flat_batch(build: Builder, chunks: list[SequenceChunk], block_size: in
         broken(LOGITS_RULE, f"chunks {sampled} need logits: got rows {got['logits_indices']}, want "
                             f"{ref['logits_indices']}")
     attn = batch.attn
-    if not (type(attn.max_seqlen_q) is int and type(attn.max_seq_len) is int) \
-            or (attn.max_seqlen_q, attn.max_seq_len) != (want.attn.max_seqlen_q, want.attn.max_seq_len):
-        broken(MAX_RULE, f"got {attn.max_seqlen_q!r} and {attn.max_seq_len!r}, want {want.attn.max_seqlen_q} and "
+    if not (type(attn.max_query_len) is int and type(attn.max_seq_len) is int) \
+            or (attn.max_query_len, attn.max_seq_len) != (want.attn.max_query_len, want.attn.max_seq_len):
+        broken(MAX_RULE, f"got {attn.max_query_len!r} and {attn.max_seq_len!r}, want {want.attn.max_query_len} and "
                          f"{want.attn.max_seq_len}")
     return batch
 
 
 @st.composite
 def steps(draw) -> tuple[list[SequenceChunk], int]:
-    """A step of 1 to 4 chunks: prefills (nothing cached), chunks after a cached prefix, decodes (one new
+    """A step of 1 to 4 chunks: prefills (nothing computed), chunks after a computed prefix, decodes (one new
     token), padding; block tables of shuffled block ids that may run a block past the context."""
     block_size = draw(st.sampled_from([1, 2, 4, 16]))
     shapes = draw(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 24), st.integers(0, 1), st.booleans(),
                                      st.booleans()), min_size=1, max_size=4))
-    sizes = [-(-(new + cached) // block_size) + spare for new, cached, spare, _, _ in shapes]
+    sizes = [-(-(new + computed) // block_size) + spare for new, computed, spare, _, _ in shapes]
     blocks = draw(st.permutations(range(sum(sizes))))
     chunks, start = [], 0
-    for (new, cached, _, padding, no_logits), size in zip(shapes, sizes):
-        chunks.append(SequenceChunk(draw(st.lists(st.integers(0, 2047), min_size=new, max_size=new)), cached,
+    for (new, computed, _, padding, no_logits), size in zip(shapes, sizes):
+        chunks.append(SequenceChunk(draw(st.lists(st.integers(0, 2047), min_size=new, max_size=new)), computed,
                                     list(blocks[start:start + size]), needs_logits=not (padding or no_logits),
                                     write_kv=not padding))
         start += size
@@ -171,7 +171,7 @@ def checked_at_the_seam(build: Builder) -> Builder:
     return build_and_check
 
 
-# Prompts chunked over several steps in 4-token blocks (chunks after a cached prefix, some without logits,
+# Prompts chunked over several steps in 4-token blocks (chunks after a computed prefix, some without logits,
 # beside decodes), and the padded static baseline (padding rows, which must write nothing).
 ENGINES = {"chunked prefill": dict(enable_chunked_prefill=True, max_num_batched_tokens=8, block_size=4),
            "padded": dict(batching="padded")}
@@ -194,13 +194,14 @@ def test_lesson03_task1_every_field_of_a_three_sequence_batch():
     batch = mine.build_flat_batch(CHUNKS, 16)
     attn = batch.attn
     check("input_ids", batch.input_ids, [5, 6, 7, 8, 9, 10], "every chunk's token_ids, concatenated in chunk order")
-    check("positions", batch.positions, [0, 1, 2, 17, 4, 5], "a chunk's tokens sit at num_cached, num_cached + 1, ...")
+    check("positions", batch.positions, [0, 1, 2, 17, 4, 5],
+          "a chunk's tokens sit at num_computed, num_computed + 1, ...")
     check("cu_seqlens_q", attn.cu_seqlens_q, [0, 3, 4, 6], "0, then the running total of each chunk's token count")
-    check("seq_lens", attn.seq_lens, [3, 18, 6], "each sequence's num_cached + len(token_ids)")
+    check("seq_lens", attn.seq_lens, [3, 18, 6], "each sequence's num_computed + len(token_ids)")
     check("slot_mapping", attn.slot_mapping, [48, 49, 50, 33, 20, 21], SLOT_RULE)
     check("block_tables", attn.block_tables, [[3, -1], [0, 2], [1, -1]],
           "one row per sequence, padded with -1 to the longest table")
-    check("max_seqlen_q", attn.max_seqlen_q, 3, "the longest chunk's number of new tokens")
+    check("max_query_len", attn.max_query_len, 3, "the longest chunk's number of new tokens")
     check("max_seq_len", attn.max_seq_len, 18, "the largest seq_len")
     check("logits_indices", batch.logits_indices, [2, 3],
           "the row of each chunk's last token, only for chunks with needs_logits")
@@ -208,10 +209,10 @@ def test_lesson03_task1_every_field_of_a_three_sequence_batch():
 
 def test_lesson03_task1_a_chunk_across_a_block_boundary():
     batch = mine.build_flat_batch([SequenceChunk([1, 2, 3], 2, [5, 7])], 4)
-    check("positions", batch.positions, [2, 3, 4], "a chunk's tokens sit at num_cached, num_cached + 1, ...")
+    check("positions", batch.positions, [2, 3, 4], "a chunk's tokens sit at num_computed, num_computed + 1, ...")
     check("slot_mapping", batch.attn.slot_mapping, [22, 23, 28],
           SLOT_RULE + ": position 4 is the first slot of block 7")
-    check("seq_lens", batch.attn.seq_lens, [5], "each sequence's num_cached + len(token_ids)")
+    check("seq_lens", batch.attn.seq_lens, [5], "each sequence's num_computed + len(token_ids)")
 
 
 def test_lesson03_task1_padding_writes_no_kv():

@@ -14,9 +14,9 @@ from test_lesson03_selective import (
     LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_engine_outcome, check_flat_batch_contract)
 
 
-def ignores_num_cached(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+def ignores_num_computed(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
     """Every chunk is taken for a whole prompt: its positions (and slots, and seq_len) start at 0."""
-    return build_flat_batch([dataclasses.replace(c, num_cached=0) for c in chunks], block_size, device)
+    return build_flat_batch([dataclasses.replace(c, num_computed=0) for c in chunks], block_size, device)
 
 
 def writes_padding(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
@@ -46,7 +46,7 @@ def pads_tables_with_zeros(chunks: list[SequenceChunk], block_size: int, device=
 
 @pytest.mark.parametrize("builder,rule", [
     pytest.param(builder, rule, id=builder.__name__) for builder, rule in [
-        (ignores_num_cached, POSITION_RULE), (writes_padding, PADDING_RULE), (samples_the_first_token, LOGITS_RULE),
+        (ignores_num_computed, POSITION_RULE), (writes_padding, PADDING_RULE), (samples_the_first_token, LOGITS_RULE),
         (samples_every_chunk, LOGITS_RULE), (pads_tables_with_zeros, TABLE_RULE)]])
 def test_a_wrong_builder_fails_the_rule_it_breaks(builder, rule):
     with pytest.raises(Failed, match="^" + re.escape(rule)):
@@ -55,5 +55,5 @@ def test_a_wrong_builder_fails_the_rule_it_breaks(builder, rule):
 
 def test_the_engine_names_the_rule_at_the_seam_not_a_token_mismatch():
     with pytest.raises(Failed, match="^" + re.escape(f"{POSITION_RULE}. chunk 0 (1 new after")):
-        check_engine_outcome(ignores_num_cached, "chunked prefill")
+        check_engine_outcome(ignores_num_computed, "chunked prefill")
 

@@ -89,6 +89,6 @@ def sequence_chunks(out: SchedulerOutput) -> list[SequenceChunk]:
     tokens; the dense baseline's padding rows last."""
     chunks = [SequenceChunk(list(c.token_ids), c.num_computed, list(c.block_table), c.samples) for c in out.chunks]
     for pad in out.padding:
-        chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_cached, list(pad.block_table),
+        chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_computed, list(pad.block_table),
                                     needs_logits=False, write_kv=False))
     return chunks

@@ -37,9 +37,9 @@ class ScheduledChunk:
 @dataclass(frozen=True)
 class PaddingChunk:
     """Throwaway tokens that are computed but never used: the dense baseline's waste. They read the
-    request's context up to num_cached + num_tokens and write nothing to the cache."""
+    request's context up to num_computed + num_tokens and write nothing to the cache."""
     request_id: str
-    num_cached: int
+    num_computed: int
     num_tokens: int
     block_table: tuple[int, ...]
 

@@ -45,7 +45,8 @@ def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, 
 # Cases every run tries first: a spent budget in an empty step and in a busy one, with and without chunking; a
 # decode with no budget left; a chunk exactly the budget and the threshold; a budget overflowed by an empty step.
 FIRST_CASES = [(1, 0, True, True, 0), (40, 0, True, False, 0), (1, 0, False, False, 0), (1, 0, False, True, 8),
-               (16, 16, False, True, 16), (17, 16, False, True, 16), (40, 16, False, False, 0), (30, -3, False, True, 0)]
+               (16, 16, False, True, 16), (17, 16, False, True, 16), (40, 16, False, False, 0),
+               (30, -3, False, True, 0)]
 
 
 def chunk_size_contract(decide):

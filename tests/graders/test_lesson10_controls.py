@@ -148,7 +148,8 @@ def test_a_lookup_that_takes_block_0_for_missing_fails_in_the_engine(engine):
 
 
 def test_a_lookup_that_counts_past_a_gap_fails_in_the_engine():
-    with pytest.raises((AssertionError, ValueError), match="every block of a hit is cached|leading hashes that are all"):
+    with pytest.raises((AssertionError, ValueError),
+                       match="every block of a hit is cached|leading hashes that are all"):
         check_engine(EngineParts(longest_cached_prefix=counts_every_cached_hash), "evicting")
 
 

@@ -46,11 +46,12 @@ class PagedAllocator:
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
         """Admission asks this before it starts a request: does a new sequence fit, with keep_free blocks
-        left over for the running sequences to grow into? (The BlockManager passes keep_free; with
-        prefix caching it lowers it by the cached blocks it could evict.)
+        left over for the running sequences to grow into?
 
         Reads the state; changes nothing. The contract: True exactly when allocate(_, num_tokens,
-        reserve_tokens) would succeed and leave at least keep_free blocks free."""
+        reserve_tokens) would succeed and leave at least keep_free blocks free. keep_free may be below 0:
+        the BlockManager can evict that many cached blocks first, so the answer is then True when allocate
+        would be short by at most -keep_free blocks."""
         raise NotImplementedError("Lesson 04, task 1: PagedAllocator.can_allocate: whether a new sequence fits. "
                                   "Check it with: pytest tests/exercises -k lesson04_task1")
 
@@ -76,7 +77,8 @@ class PagedAllocator:
         its table hold them, with keep_free blocks left over? When it cannot, someone must give way.
 
         Reads the state; changes nothing. The contract: True exactly when append_slots(seq_id,
-        num_new_tokens) would succeed and leave at least keep_free blocks free."""
+        num_new_tokens) would succeed and leave at least keep_free blocks free (below 0, as for
+        can_allocate: short by at most -keep_free blocks)."""
         raise NotImplementedError("Lesson 04, task 2: PagedAllocator.can_append: whether a sequence can grow. "
                                   "Check it with: pytest tests/exercises -k lesson04_task2")
 

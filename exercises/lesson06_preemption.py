@@ -42,13 +42,14 @@ def should_swap(victim: RequestView, mode: str, cost: PreemptionCost | None) -> 
     """Whether the victim's KV goes to the CPU swap pool (True) or is dropped and recomputed later (False).
     The scheduler asks only when the swap pool has room for the victim.
 
-    It may read: the victim's view (its num_computed_tokens are what a swap copies out and back, or what a
-    recompute prefills again); mode, the engine's preemption_mode: "recompute", "swap" or "auto"; cost, the
-    engine's PreemptionCost (minicb/costs.py: recompute_s(tokens) and swap_s(tokens), in seconds), given
-    whenever mode is "auto".
+    It may read: the victim's view (its KV holds its num_computed_tokens: what a swap copies out and back
+    in, or what a recompute prefills again); mode, the engine's preemption_mode: "recompute", "swap" or
+    "auto"; cost, the engine's PreemptionCost (minicb/costs.py: recompute_s(tokens) and swap_s(tokens), in
+    seconds), which the engine has only under "auto": otherwise cost is None.
 
-    The contract: "recompute" never swaps and "swap" always does; "auto" swaps exactly when swapping this
-    victim's computed tokens costs strictly less than recomputing them. It returns a bool.
+    The contract: it returns a bool. "recompute" and "swap" are the operator's choice, and it follows
+    them. Under "auto" it picks whichever costs this victim less, as `cost` prices it; on a tie it
+    recomputes (a tie is no reason to take swap space).
     """
     raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. "
                               "Check it with: pytest tests/exercises -k lesson06_task2")

@@ -20,8 +20,9 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
 
     It may read: uncomputed, the request's tokens not yet in the cache (1 for a decode; a prompt, the rest
     of one, or a preempted request's whole context for a prefill); budget, what is left of the step's
-    max_num_batched_tokens; step_is_empty, whether the step runs nothing yet; config.enable_chunked_prefill
-    and config.long_prefill_token_threshold (0: no cap).
+    max_num_batched_tokens (0 or below once it is spent: a step may overflow it); step_is_empty, whether
+    the step runs nothing yet; config.enable_chunked_prefill and config.long_prefill_token_threshold (0: no
+    cap).
 
     The contract:
     - the answer is an int from 0 to uncomputed;

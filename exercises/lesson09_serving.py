@@ -24,10 +24,9 @@ def stream_metrics(send_time: float, chunks: list[tuple[float, int]]) -> StreamM
       arrival: it is never the first token, the last one, or a gap between two.
     - ttft: from the send to the arrival of the first token (the queue and the network are the user's wait).
     - e2e: from the send to the arrival of the last token.
-    - itl: one entry per token after the first, in arrival order, none negative. The tokens one chunk
-      delivers share the wait since the previous token evenly, and a token that came with the first one
-      waited nothing; so the entries up to any chunk's last token add up to that chunk's arrival minus
-      the first token's.
+    - itl: one entry per token after the first, in arrival order, none negative; the tokens one chunk
+      delivers have equal entries, and the entries up to any chunk's last token add up to the time from
+      the first token's arrival to that chunk's.
     - tpot: the mean time per token after the first; None when there is no token after the first.
     - a stream without a token (a rejected or failed request) is no error: ttft, tpot and e2e None, no ITLs,
       0 tokens.

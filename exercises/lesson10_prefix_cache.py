@@ -33,17 +33,16 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: bytes | None
     blocks in pieces, as they fill. Reads only its arguments.
 
     The contract (each rule is checked by a test):
-    1. Block k is token_ids[k * block_size:(k + 1) * block_size]; only full blocks are named (a partial
-       last block is still being written), so there are len(token_ids) // block_size names.
+    1. One name per full block of block_size ids, in order; a partial last block is still being written
+       and has none.
     2. Equal names if and only if equal prefixes: two blocks get one name exactly when their own ids
        are equal and so are their parents (the whole chain of blocks before them, and the same
        `parent`). Equal blocks after different prefixes, or at different places, get different names.
     3. Naming in pieces gives what naming in one go gives: for a prefix `a` of whole blocks,
        block_hashes(a + b, n) == block_hashes(a, n) + block_hashes(b, n, parent=block_hashes(a, n)[-1]).
     4. The format, which every minicb engine shares (the pool checks each cached block's name against
-       it): a name is a sha256 digest, 32 bytes (hashlib's .digest(), not the hex), taken over the
-       parent's name (no bytes at all for None) followed by the block's ids, each as 4 bytes,
-       unsigned, little-endian (struct's "<I").
+       it): a name is the 32-byte SHA-256 digest of one byte string, the parent's name (empty for None)
+       and then the block's ids, each as 4 bytes, unsigned, little-endian.
     """
     raise NotImplementedError("Lesson 10, task 1: block_hashes: the chain hash of each full block. "
                               "Check it with: pytest tests/exercises -k lesson10_task1")
@@ -60,7 +59,8 @@ def longest_cached_prefix(hashes: Sequence[bytes], cached: Mapping[bytes, int]) 
     1. every one of hashes[:n] in `cached` (a hit is usable only block by block from the start: a cached
        block is no use without every block before it), and
     2. n as large as that allows: n == len(hashes), or hashes[n] is not in `cached`.
-    3. Presence is membership: a block id is any int, 0 included.
+    3. Presence is membership: a name is cached exactly when it is a key of `cached`, whatever block id
+       it maps to.
     """
     raise NotImplementedError("Lesson 10, task 2: longest_cached_prefix: how many leading blocks the cache holds. "
                               "Check it with: pytest tests/exercises -k lesson10_task2")

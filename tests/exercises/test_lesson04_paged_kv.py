@@ -58,9 +58,10 @@ SEQS = "abcdef"
 POOLS = st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4]), st.integers(1, 4))   # blocks, block size, swap
 # A call's `pick` chooses among the sequences holding blocks (append, share's source, swap_out, free), or
 # among all names (allocate: a name that holds blocks must be refused).
+# keep_free may be negative: the BlockManager lowers it by the cached blocks it could evict (lesson 10).
 ALLOCATE = st.tuples(st.just("allocate"), st.integers(0, 5), st.integers(0, 10), st.sampled_from([0, 0, 7, 12]),
-                     st.integers(0, 3))
-APPEND = st.tuples(st.just("append"), st.integers(0, 5), st.integers(1, 9), st.integers(0, 3))
+                     st.integers(-2, 3))
+APPEND = st.tuples(st.just("append"), st.integers(0, 5), st.integers(1, 9), st.integers(-2, 3))
 SHARE = st.tuples(st.just("share"), st.integers(0, 5), st.integers(1, 3), st.integers(0, 6))
 FREE = st.tuples(st.just("free"), st.integers(0, 5))
 # Swapping out once is enough to meet free's swapped case; the rest of the calls are drawn twice as often.
@@ -69,8 +70,10 @@ OPS = st.lists(st.one_of(ALLOCATE, ALLOCATE, APPEND, APPEND, SHARE, SHARE, FREE,
 
 
 # Cases every run tries first, besides the random ones: a free of a table that shares blocks (and of the one
-# it shares them with), a free of a swapped sequence, growth on a full pool into a block that has room, and
-# keep_free when it decides. (pool, calls), the calls as OPS draws them.
+# it shares them with), a free of a swapped sequence, growth on a full pool into a block that has room,
+# keep_free when it decides, a sequence of 0 tokens, growth past an exact block boundary, and a table
+# reserved ahead (more blocks than its tokens fill) asked about growth on an empty pool. (pool, calls), the
+# calls as OPS draws them.
 FIRST_CASES = [
     ((6, 2, 2), [("allocate", 0, 5, 0, 0), ("share", 0, 2, 1), ("append", 1, 2, 0), ("free", 0), ("free", 0)]),
     ((6, 2, 2), [("allocate", 0, 4, 0, 0), ("share", 0, 2, 3), ("free", 1), ("free", 0)]),
@@ -79,6 +82,9 @@ FIRST_CASES = [
                  ("append", 0, 1, 0)]),
     ((4, 2, 1), [("allocate", 0, 4, 0, 2), ("allocate", 1, 2, 0, 2), ("append", 0, 1, 1), ("append", 0, 1, 2),
                  ("allocate", 2, 1, 0, 1), ("allocate", 3, 0, 4, 0)]),
+    ((4, 2, 1), [("allocate", 0, 2, 0, 0), ("append", 0, 1, 0), ("allocate", 1, 0, 0, 0), ("append", 1, 2, 0),
+                 ("allocate", 2, 4, 0, 0)]),
+    ((4, 2, 1), [("allocate", 0, 1, 7, 0), ("append", 0, 1, 1), ("append", 0, 2, -1), ("free", 0)]),
 ]
 
 
@@ -170,16 +176,22 @@ class Trial:
         changed = State(self.yours.allocator).differences(before)
         if changed:
             self.broke(f"{method} changes nothing", "; ".join(changed))
-        trial_pool = copy.deepcopy(self.yours.allocator)
+        # keep_free < 0: that many blocks may be missing (the BlockManager evicts as many cached ones first),
+        # tried as that many more free blocks on the copy.
+        trial_pool, spare = copy.deepcopy(self.yours.allocator), max(0, -keep_free)
+        trial_pool.free_blocks.extend(range(trial_pool.num_blocks, trial_pool.num_blocks + spare))
+        trial_pool.ref_counts.extend([0] * spare)
         result = self.call(f"{then} (on a copy of your pool)", getattr(trial_pool, then), *then_args)
-        fits = not isinstance(result, Exception) and len(trial_pool.free_blocks) >= keep_free
+        fits = not isinstance(result, Exception) and len(trial_pool.free_blocks) >= keep_free + spare
+        missing = f" with {spare} more block(s) free" if spare else ""
 
         def agrees() -> None:
             if answer != fits:
                 outcome = f"raises {shown(result)}" if isinstance(result, Exception) else \
                     f"succeeds and leaves {len(trial_pool.free_blocks)} free"
                 self.broke(f"{method} is True exactly when {then} would succeed and leave keep_free={keep_free} "
-                           f"blocks free", f"{question} said {answer}, but {then}{then_args} {outcome}")
+                           "blocks free (below 0: when it would be short by at most -keep_free blocks)",
+                           f"{question} said {answer}, but {then}{then_args}{missing} {outcome}")
         return agrees
 
     def allocate(self, seq: str, num_tokens: int, reserve: int, keep_free: int) -> None:
@@ -334,8 +346,20 @@ class Trial:
                f"{num_new} token(s) of its own"
         self.yours.set_prefix_hit(seq, list(blocks))
         table = self.call(what, self.yours.allocate, seq, num_new)
-        ref.allocate(seq, num_new)
+        reference = ref.allocate(seq, num_new)
         self.story.append(f"{what} -> {shown(table)}")
+        if isinstance(table, Exception) or table == reference:
+            return
+        # BlockManager.allocate made the table: your allocate(seq, 0), the shared blocks put in front, then
+        # your append_slots(seq, num_new). Name the rule the graded method broke, not only the difference.
+        how = (f"a prefix hit's table is made by allocate({seq!r}, 0), the {num_shared} shared block(s) put in "
+               f"front, then append_slots({seq!r}, {num_new}); it came out {table}, minicb's {reference}")
+        tokens, size = self.yours.num_tokens[seq], self.block_size
+        if self.task == 1 and len(table) > len(reference):
+            self.broke("the table is the fewest blocks that hold 0 tokens: none", how)
+        if self.task == 2 and len(table) * size < tokens:
+            self.broke(f"the table has a slot for each of its {tokens} tokens",
+                       f"its {len(table)} blocks of {size} hold {len(table) * size}: {how}")
 
     def free(self, seq: str) -> None:
         before = State(self.yours.allocator)

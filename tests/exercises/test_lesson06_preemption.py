@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from grading import answer, contract_test, decisions, described, run_both
+from hypothesis import example
 from hypothesis import strategies as st
 
 from minicb import course
@@ -111,11 +112,16 @@ def costs(draw) -> PreemptionCost:
     return PreemptionCost(draw(ms), draw(ms) / 64, draw(st.sampled_from([0.0, 1e-6, 4e-6])), draw(ms), draw(ms) / 64)
 
 
-def check_should_swap(decide, victim: RequestView, mode: str, cost: PreemptionCost) -> None:
+def check_should_swap(decide, victim: RequestView, mode: str, cost: PreemptionCost | None) -> None:
+    if mode == "auto" and cost is None:
+        return   # the engine always has a cost model under "auto"
     t = victim.num_computed_tokens
-    swap = answer("should_swap reads the victim, the mode and the cost model", decide, victim, mode, cost)
-    case = (f"preemption_mode={mode!r}, a victim with {t} computed tokens of {victim.num_tokens}; swap costs "
-            f"{cost.swap_s(t) * 1e3:.4g} ms, recompute {cost.recompute_s(t) * 1e3:.4g} ms ({cost})")
+    rule = ("rule: under 'recompute' and 'swap' the engine has no cost model (cost is None) and the mode decides "
+            "alone" if cost is None else "should_swap reads the victim, the mode and the cost model")
+    swap = answer(f"{rule} (preemption_mode={mode!r}, cost={cost})", decide, victim, mode, cost)
+    case = (f"preemption_mode={mode!r}, a victim with {t} computed tokens of {victim.num_tokens}; " +
+            ("no cost model (cost is None)" if cost is None else
+             f"swap costs {cost.swap_s(t) * 1e3:.4g} ms, recompute {cost.recompute_s(t) * 1e3:.4g} ms ({cost})"))
     assert isinstance(swap, bool), f"rule: it returns a bool (True: swap), not {swap!r}. Case: {case}"
     if mode != "auto":
         assert swap is (mode == "swap"), f"rule: {mode!r} {'always' if mode == 'swap' else 'never'} swaps. Case: {case}"
@@ -127,8 +133,12 @@ def check_should_swap(decide, victim: RequestView, mode: str, cost: PreemptionCo
 
 
 def should_swap_contract(decide):
-    return contract_test(decide, check_should_swap, 200, victim=victims(),
-                         mode=st.sampled_from(["recompute", "swap", "auto"]), cost=costs())
+    contract = contract_test(decide, check_should_swap, 200, victim=victims(),
+                             mode=st.sampled_from(["recompute", "swap", "auto"]), cost=st.none() | costs())
+    # Tried first: each mode the engine runs without a cost model, and a victim that has computed nothing.
+    for mode in ("swap", "recompute"):
+        contract = example(victim=RequestView("v", 0, 0.0, 0, 30, 2, 31, 9), mode=mode, cost=None)(contract)
+    return example(victim=RequestView("v", 0, 0.0, 0, 30, 0, 0, 9), mode="auto", cost=COST)(contract)
 
 
 test_lesson06_task2_the_contract_on_random_cases = should_swap_contract(lambda: mine.should_swap)
@@ -150,6 +160,15 @@ def test_lesson06_task2_the_engine_follows_your_choice(cost, swapping):
     preempted, swapped = decisions(yours, "preempted"), decisions(yours, "swapped_out")
     assert any(preempted) and swapped == (preempted if swapping else [[] for _ in preempted]), (
         f"'auto' should {'swap' if swapping else 'recompute'} every victim with these costs")
+
+
+def test_lesson06_task2_the_engine_follows_your_choice_without_a_cost_model():
+    """Under "swap" the engine has no cost model to give (under "recompute" it keeps no swap pool, and never asks)."""
+    fcfs = [(n, m, 0) for n, m, _ in PRESSURE]
+    yours, _ = run_both(EngineParts(should_swap=mine.should_swap), fcfs, max_num_seqs=6, num_blocks=10,
+                        block_size=4, max_model_len=40, preemption_mode="swap", swap_space_mb=1)
+    preempted, swapped = decisions(yours, "preempted"), decisions(yours, "swapped_out")
+    assert any(preempted) and swapped == preempted, "preemption_mode='swap' swaps every victim"
 
 
 GRADED_SEEDS = (101, 102, 103)   # not the notebook's practice seeds

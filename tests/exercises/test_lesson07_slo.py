@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from grading import answer, contract_test, run_both
+from hypothesis import example
 from hypothesis import strategies as st
 
 from minicb import course
@@ -41,10 +42,21 @@ def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, 
                           f"({largest}); it got {n}. Case: {case}")
 
 
+# Cases every run tries first: a spent budget in an empty step and in a busy one, with and without chunking; a
+# decode with no budget left; a chunk exactly the budget and the threshold; a budget overflowed by an empty step.
+FIRST_CASES = [(1, 0, True, True, 0), (40, 0, True, False, 0), (1, 0, False, False, 0), (1, 0, False, True, 8),
+               (16, 16, False, True, 16), (17, 16, False, True, 16), (40, 16, False, False, 0),
+               (30, -3, False, True, 0)]
+
+
 def chunk_size_contract(decide):
-    return contract_test(decide, check_chunk_size, 300, uncomputed=st.integers(1, 300), budget=st.integers(-4, 300),
-                         step_is_empty=st.booleans(), chunked=st.booleans(),
-                         threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
+    contract = contract_test(decide, check_chunk_size, 300, uncomputed=st.integers(1, 300),
+                             budget=st.integers(-4, 300), step_is_empty=st.booleans(), chunked=st.booleans(),
+                             threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
+    for uncomputed, budget, step_is_empty, chunked, threshold in reversed(FIRST_CASES):
+        contract = example(uncomputed=uncomputed, budget=budget, step_is_empty=step_is_empty, chunked=chunked,
+                           threshold=threshold)(contract)
+    return contract
 
 
 test_lesson07_task1_the_contract_on_random_cases = chunk_size_contract(lambda: mine.chunk_size)

@@ -37,6 +37,7 @@ ITL_SHARED = ("the tokens of one chunk share the wait since the previous token e
               "the first token waited 0")
 TPOT = "tpot is the mean time per token after the first, None when there is none"
 NO_TOKEN = "a stream without a token has ttft, tpot and e2e None, no ITLs and 0 tokens"
+EMPTY_CHUNK = "a chunk without a token is no token's arrival: never the first token, the last one, or a gap between two"
 CLOCK = ("a time before the send or before the previous chunk's raises ValueError, whose message says to stamp the "
          "send and every chunk with one monotonic clock (time.perf_counter())")
 
@@ -52,7 +53,15 @@ def described(send_time: float, chunks: Chunks) -> str:
 
 
 def metrics_of(fn, send_time: float, chunks: Chunks) -> StreamMetrics:
-    got = obeying("stream_metrics(send_time, chunks) returns a StreamMetrics", fn, send_time, list(chunks))
+    # An error on a stream is named by what the stream has that a first try forgets (a division by a chunk's
+    # 0 tokens, the first token of a stream with none), not as a raw ZeroDivisionError.
+    if not any(k for _, k in chunks):
+        rule = NO_TOKEN
+    elif any(k == 0 for _, k in chunks):
+        rule = EMPTY_CHUNK
+    else:
+        rule = "stream_metrics(send_time, chunks) returns a StreamMetrics"
+    got = obeying(f"{rule}: for {described(send_time, chunks)}", fn, send_time, list(chunks))
     assert isinstance(got, StreamMetrics), f"stream_metrics returns a StreamMetrics, not {type(got).__name__}: {got!r}"
     return got
 

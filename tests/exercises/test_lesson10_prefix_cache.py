@@ -192,6 +192,11 @@ def check_lookup(fn) -> None:
             "one is of no use")
         assert got == num_blocks or hashes[got] not in cached, (
             f"rule 2: the hit is as long as the cache allows: {where}; you said {got}, but block {got} is cached too")
+    for in_cache, want in (({0, 2, 3}, 1), ({1, 2}, 0), ({0, 1}, 2)):   # cached blocks after a gap, first
+        got = count_of(fn, NAMES[:4], {NAMES[k]: 7 + k for k in in_cache})
+        rule = ("rule 1: every block of the hit is cached, and a block after a missing one is of no use" if got > want
+                else "rule 2: the hit is as long as the cache allows")
+        assert got == want, f"{rule}: {described(4, in_cache)}: {want}, not {got}"
     lookup()
 
 
@@ -229,8 +234,10 @@ def test_lesson10_task2_the_cache_is_only_read():
 
 BASE = [(53 * i) % 300 + 5 for i in range(23)]
 # Prefixes ending inside a block, at a block's edge and several blocks in (block_size 4), each with a few
-# tails; one prompt is all prefix, one is a prefix of another prompt. Twice over: the second round hits.
-PROMPTS = [BASE[:n] + tail for n in (2, 4, 8, 13, 23) for tail in ([101, 7], [102, 8, 9, 10, 11], [])] * 2
+# tails; one prompt is all prefix, one is a prefix of another prompt. Twice over: the second round hits. The
+# first request takes the pool's block 0 for the prefix every later one shares: a hit on block 0 counts.
+PROMPTS = [BASE[:13] + [103]] + [BASE[:n] + tail for n in (2, 4, 8, 13, 23)
+                                 for tail in ([101, 7], [102, 8, 9, 10, 11], [])] * 2
 ENGINES = {
     "roomy": dict(num_blocks=256),
     "evicting": dict(num_blocks=24, preemption_mode="recompute"),
@@ -265,8 +272,12 @@ def check_engine(parts: EngineParts, engine: str) -> None:
     assert sum(cached for _, cached in reference.values()) > 0, "the workload hits the cache"
     for rid, (tokens, cached) in reference.items():
         assert rid in yours, f"request {rid!r} did not finish"
+        assert yours[rid][1] <= cached, (
+            f"every block of a hit is cached, from the prompt's first on: request {rid!r} found {yours[rid][1]} of "
+            f"its prompt tokens in the cache, {cached} with minicb's parts")
         assert yours[rid][1] == cached, (
-            f"request {rid!r} found {yours[rid][1]} of its prompt tokens in the cache, {cached} with minicb's parts")
+            f"the hit is as long as the cache allows, and a block cached as block 0 is cached: request {rid!r} found "
+            f"{yours[rid][1]} of its prompt tokens in the cache, {cached} with minicb's parts")
         assert yours[rid][0] == tokens, f"request {rid!r} got other tokens than with minicb's parts"
 
 

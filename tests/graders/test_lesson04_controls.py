@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.block_manager import PagedAllocator
+from minicb.block_manager import NoFreeBlocks, PagedAllocator, blocks_for
 
 from test_lesson04_paged_kv import (ENGINES, check_allocate_contract, check_append_contract,
                                     check_free_contract, graded, serve_and_check, serve_with_prefix_caching)
@@ -17,6 +17,13 @@ class IgnoresKeepFree(PagedAllocator):
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
         return super().can_allocate(num_tokens, reserve_tokens)
+
+
+class ClampsKeepFreeAtZero(PagedAllocator):
+    """can_allocate that takes a keep_free below 0 for a slip and counts it as 0."""
+
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
+        return super().can_allocate(num_tokens, reserve_tokens, max(0, keep_free))
 
 
 class OneBlockTooMany(PagedAllocator):
@@ -37,10 +44,32 @@ class TakesFromTheRight(PagedAllocator):
             self.free_blocks.reverse()
 
 
+class ABlockForAnEmptySequence(PagedAllocator):
+    """allocate that gives every new sequence at least one block, one of 0 tokens (a prefix hit's start) too."""
+
+    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
+        return super().allocate(seq_id, num_tokens, max(reserve_tokens, 1))
+
+
+class TakesUntilTheFreeListRunsOut(PagedAllocator):
+    """allocate that takes blocks one by one and refuses when the free list runs dry, keeping what it took."""
+
+    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
+        needed = blocks_for(max(num_tokens, reserve_tokens), self.block_size)
+        if seq_id not in self.tables and seq_id not in self.swapped and needed > len(self.free_blocks):
+            self.free_blocks.clear()
+            raise NoFreeBlocks(f"{seq_id!r} ran out of blocks")
+        return super().allocate(seq_id, num_tokens, reserve_tokens)
+
+
 @pytest.mark.parametrize("mistake,rule", [
     (IgnoresKeepFree, "can_allocate is True exactly when allocate would succeed and leave keep_free="),
+    (ClampsKeepFreeAtZero, r"can_allocate is True exactly when allocate would succeed and leave keep_free=-\d blocks "
+                           r"free \(below 0: when it would be short by at most -keep_free blocks\)"),
     (OneBlockTooMany, "the table is the fewest blocks that hold"),
     (TakesFromTheRight, "its blocks are the ones at the left of free_blocks"),
+    (ABlockForAnEmptySequence, "the table is the fewest blocks that hold 0 tokens"),
+    (TakesUntilTheFreeListRunsOut, "a refused allocate changes nothing"),
 ])
 def test_task1_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):
@@ -73,10 +102,34 @@ class CanAppendForgetsTheRoomLeft(PagedAllocator):
         return self.can_allocate(num_new_tokens, keep_free=keep_free)
 
 
+class CountsTheReserveAsCredit(PagedAllocator):
+    """can_append that counts the blocks a table holds beyond its tokens (reserved ahead) as if they were free."""
+
+    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
+        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id])
+        return needed + keep_free <= len(self.free_blocks)
+
+
+class OneBlockPerCall(PagedAllocator):
+    """append_slots that adds a block when the last one is full, one, however many tokens come."""
+
+    def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
+        table = self.tables[seq_id]
+        if self.num_tokens[seq_id] + num_new_tokens > len(table) * self.block_size:
+            if not self.free_blocks:
+                raise NoFreeBlocks(f"{seq_id!r} needs a block")
+            table.append(self.free_blocks.popleft())
+            self.ref_counts[table[-1]] += 1
+        self.num_tokens[seq_id] += num_new_tokens
+        return table
+
+
 @pytest.mark.parametrize("mistake,rule", [
     (AppendsBeforeFull, "a new block only when the last one is full"),
     (CanAppendIgnoresKeepFree, "can_append is True exactly when append_slots would succeed and leave keep_free="),
     (CanAppendForgetsTheRoomLeft, "can_append is True exactly when append_slots would succeed"),
+    (CountsTheReserveAsCredit, "can_append is True exactly when append_slots would succeed and leave keep_free=1"),
+    (OneBlockPerCall, "the table has a slot for each of its"),
 ])
 def test_task2_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):
@@ -114,11 +167,22 @@ class ForgetsTheSwapPool(PagedAllocator):
         super().free(seq_id)
 
 
+class GivesBackInReverse(PagedAllocator):
+    """free that gives the table back from its end, as a stack would."""
+
+    def free(self, seq_id: str) -> None:
+        if seq_id in self.tables:
+            self.tables[seq_id].reverse()
+        super().free(seq_id)
+
+
 @pytest.mark.parametrize("mistake,rule", [
     (ReturnsSharedBlocks, r"free gives a block back only when no sequence holds it any more: free\('.'\) put block "
                           r"\d+ on the free list while '.'( and '.')* still holds? it: it would be returned twice"),
     (ZeroesTheCount, "free takes one holder off each block of the table"),
     (ForgetsTheSwapPool, "free forgets the sequence: no entry in tables, swapped or num_tokens"),
+    (GivesBackInReverse, "free puts each block no one holds any more back on the right of free_blocks, in table "
+                         "order"),
 ])
 def test_task3_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):

@@ -71,11 +71,19 @@ def auto_in_every_mode(victim, mode, cost):
     return should_swap(victim, "auto", cost)
 
 
+def prices_before_reading_the_mode(victim, mode, cost):
+    """Works out the cheaper way first, and only then looks at the mode."""
+    cheaper = cost.swap_s(victim.num_computed_tokens) < cost.recompute_s(victim.num_computed_tokens)
+    return cheaper if mode == "auto" else mode == "swap"
+
+
 @pytest.mark.parametrize("wrong,rule", [
+    (prices_before_reading_the_mode, r"rule: under 'recompute' and 'swap' the engine has no cost model \(cost is "
+                                     r"None\) and the mode decides alone \(.*AttributeError"),
     (swaps_on_a_tie, "strictly less"),
     (prices_all_its_tokens, "strictly less"),
     (forgets_the_square_term, "strictly less"),
-    (auto_in_every_mode, "always swaps|never swaps"),
+    (auto_in_every_mode, "always swaps|never swaps|the mode decides alone"),
     (lambda victim, mode, cost: int(should_swap(victim, mode, cost)), "returns a bool"),
 ])
 def test_a_wrong_should_swap_fails_its_contract(wrong, rule):

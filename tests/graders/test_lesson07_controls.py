@@ -35,6 +35,19 @@ def half_a_budget_to_be_safe(uncomputed, budget, step_is_empty, config):
     return chunk_size(uncomputed, budget, step_is_empty, config)
 
 
+def at_least_one_token_to_make_progress(uncomputed, budget, step_is_empty, config):
+    return max(1, chunk_size(uncomputed, budget, step_is_empty, config))
+
+
+def the_threshold_without_chunking_too(uncomputed, budget, step_is_empty, config):
+    cap = config.long_prefill_token_threshold or uncomputed
+    return chunk_size(min(uncomputed, cap), budget, step_is_empty, config)
+
+
+def the_empty_step_overflows_only_with_a_budget_left(uncomputed, budget, step_is_empty, config):
+    return chunk_size(uncomputed, budget, step_is_empty and budget > 0, config)
+
+
 @pytest.mark.parametrize("wrong,rule", [
     (no_exception_for_an_empty_step, "a step running nothing yet takes a request whole"),
     (ignores_the_threshold, "never exceeds long_prefill_token_threshold"),
@@ -43,6 +56,9 @@ def half_a_budget_to_be_safe(uncomputed, budget, step_is_empty, config):
     (half_a_budget_to_be_safe, "as large as the budget and the threshold allow|never exceeds the budget"),
     (lambda uncomputed, budget, step_is_empty, config: float(chunk_size(uncomputed, budget, step_is_empty, config)),
      "an int"),
+    (at_least_one_token_to_make_progress, "never exceeds the budget|runs within the budget"),
+    (the_threshold_without_chunking_too, "runs whole or not at all"),
+    (the_empty_step_overflows_only_with_a_budget_left, "a step running nothing yet takes a request whole"),
 ])
 def test_a_wrong_chunk_size_fails_its_contract(wrong, rule):
     with pytest.raises(AssertionError, match=rule):

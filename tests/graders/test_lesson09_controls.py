@@ -62,6 +62,19 @@ def tpot_per_chunk(send_time, chunks):
     return dataclasses.replace(got, tpot=(times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None)
 
 
+def shares_every_chunks_gap(send_time, chunks):
+    """Shares the wait before each chunk among the tokens it carries, the token-less chunks too."""
+    got = reference(send_time, chunks)
+    gaps = [[(t - previous) / k] * k for (previous, _), (t, k) in zip(chunks, chunks[1:])]
+    return dataclasses.replace(got, itl=[itl for gap in gaps for itl in gap])
+
+
+def reads_the_first_chunk_first(send_time, chunks):
+    """Unpacks the first chunk before asking whether any came: a stream of no chunk at all raises IndexError."""
+    first_time, _ = chunks[0]
+    return reference(send_time, chunks)
+
+
 def sorts_the_times_instead_of_refusing(send_time, chunks):
     """Repairs a stream stamped on two clocks (sorted, none before the send) instead of refusing it."""
     return reference(send_time, sorted((max(t, send_time), k) for t, k in chunks))
@@ -92,6 +105,9 @@ CONTROLS = [
     (a_chunks_wait_goes_to_its_first_token, "contract", grader.ITL_SHARED),
     (tpot_per_chunk, "vectors", grader.TPOT),
     (tpot_per_chunk, "minicb", grader.TPOT),
+    (shares_every_chunks_gap, "vectors", grader.EMPTY_CHUNK),
+    (reads_the_first_chunk_first, "vectors", grader.NO_TOKEN),
+    (reads_the_first_chunk_first, "contract", grader.NO_TOKEN),
     (sorts_the_times_instead_of_refusing, "vectors", grader.CLOCK),
     (sorts_the_times_instead_of_refusing, "backwards", grader.CLOCK),
     (refuses_without_naming_the_fix, "backwards", grader.CLOCK),

@@ -140,6 +140,19 @@ def test_least_recently_used_as_a_policy_is_the_default():
     check_engine(EngineParts(choose_eviction=least_recently_used), "evicting")
 
 
+@pytest.mark.parametrize("engine", ["roomy", "evicting"])
+def test_a_lookup_that_takes_block_0_for_missing_fails_in_the_engine(engine):
+    """The first request's first block is the pool's block 0, and later prompts share it."""
+    with pytest.raises(AssertionError, match="a block cached as block 0 is cached"):
+        check_engine(EngineParts(longest_cached_prefix=takes_block_0_for_missing), engine)
+
+
+def test_a_lookup_that_counts_past_a_gap_fails_in_the_engine():
+    with pytest.raises((AssertionError, ValueError),
+                       match="every block of a hit is cached|leading hashes that are all"):
+        check_engine(EngineParts(longest_cached_prefix=counts_every_cached_hash), "evicting")
+
+
 def test_an_unchained_name_fails_in_the_engine():
     """Equal blocks after different prefixes share one name: the pool's check of each cached block's name fails."""
     with pytest.raises(AssertionError, match="prefix hash is not the chain hash of the tokens it was cached with"):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from collections.abc import MutableSequence
+from collections.abc import Iterable, MutableSequence
 from dataclasses import dataclass
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Callable
@@ -78,10 +78,7 @@ class ContinuousScheduler(SchedulerBase):
         left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then new ones) go
         first and decodes take what is left: new users see a first token sooner."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
-        state = self._state(step)
-        plan = self.parts.plan_step(state)
-        if self.parts.plan_step is not plan_step:
-            check_plan(state, plan)
+        plan = self._plan(self._line(self.waiting))
         for victim in plan.victims:
             self.preempt(self.requests[victim], step)
         prompts_first = self.config.schedule_priority == "prefill_first"
@@ -90,48 +87,57 @@ class ContinuousScheduler(SchedulerBase):
         for req in runs:
             if req not in later:
                 self.run(req, plan.runs[req.request_id], step)
-        for req in [r for r in self._line() if r.request_id in plan.starts]:
+        for req in [r for r in self._line(self.waiting) if r.request_id in plan.starts]:
             self._start(req, plan.starts[req.request_id], step)
         for req in later:
             self.run(req, plan.runs[req.request_id], step)
         self.kv.clear_prefix_hits()
-        self._evict_for_priority(plan, state, step)
+        self._evict_for_priority(plan, step)
         self._stamp_first_step(step.out, step.now)
         return step.out
 
     def state_for_next_step(self) -> StepState:
         """What plan_step is asked before the next step, as things are now (the lessons show it)."""
-        return self._state(Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock()))
+        return self._state(self._line(self.waiting))
 
-    def _line(self) -> list[Request]:
+    def _line(self, waiting: Iterable[Request]) -> list[Request]:
         """Who may start, in the order they must, as far as the free seats reach (and one more): swapped
-        requests come back before new ones, except that under the priority policy a more urgent waiting
+        requests come back before waiting ones, except that under the priority policy a more urgent waiting
         request goes first (else the two could evict each other forever)."""
         if self.config.scheduling_policy == "priority":
-            queue = heapq.merge(self.swapped, self.waiting, key=rank)
+            queue = heapq.merge(self.swapped, waiting, key=rank)
         else:
-            queue = chain(self.swapped, self.waiting)
+            queue = chain(self.swapped, waiting)
         return list(islice(queue, max(0, self.free_seats) + 1))
 
-    def _state(self, step: Step) -> StepState:
+    def _state(self, line: list[Request]) -> StepState:
         """The plan's snapshot. Every waiting request that might start looks its prefix up first, so that its
         hit counts as computed and the pool keeps the hit's blocks for it."""
         self.kv.clear_prefix_hits()
-        line = self._line()
         for req in line[:self.free_seats]:
             if req.status is not RequestStatus.SWAPPED:
                 self._look_up_prefix(req)
+        by_id = {r.request_id: r for r in chain(self.running, line)}
         return StepState(
             running=tuple(RequestView.of(r) for r in self.running), line=tuple(RequestView.of(r) for r in line),
-            free_seats=self.free_seats, token_budget=step.token_budget, free_blocks=self.kv.available_blocks(),
-            order=self.config.schedule_priority, chunk=self._chunk_for, blocks_to_grow=self.kv.new_blocks_needed,
-            blocks_to_start=self.kv.blocks_to_start, blocks_freed_by=self.kv.blocks_freed_by,
-            choose_victim=self._choose_victim)
+            free_seats=self.free_seats, token_budget=self.config.max_num_batched_tokens,
+            free_blocks=self.kv.available_blocks(), order=self.config.schedule_priority,
+            chunk=lambda request_id, budget, nothing_yet: self.chunk_size(by_id[request_id], budget, nothing_yet),
+            blocks_to_grow=self.kv.new_blocks_needed, blocks_to_start=self.kv.blocks_to_start,
+            blocks_freed_by=self.kv.blocks_freed_by, choose_victim=self._choose_victim)
 
-    def _evict_for_priority(self, plan: StepPlan, state: StepState, step: Step) -> None:
+    def _plan(self, line: list[Request]) -> StepPlan:
+        """Lesson 02's plan for a step that may start from `line`, once it meets the contract."""
+        state = self._state(line)
+        plan = self.parts.plan_step(state)
+        if self.parts.plan_step is not plan_step:
+            check_plan(state, plan)
+        return plan
+
+    def _evict_for_priority(self, plan: StepPlan, step: Step) -> None:
         """Under the priority policy, the first of the line that could not start, when it is more urgent than
         a running request, makes one give way: it starts in a later step."""
-        blocked = next((r for r in self._line() if r.request_id not in plan.starts), None)
+        blocked = next((r for r in self._line(self.waiting) if r.request_id not in plan.starts), None)
         if (blocked is not None and not plan.victims and self.config.scheduling_policy == "priority"
                 and self.running and max(self.running, key=rank).priority > blocked.priority
                 and self.chunk_size(blocked, step.token_budget, step.is_empty)):
@@ -178,9 +184,6 @@ class ContinuousScheduler(SchedulerBase):
             raise ValueError(f"chunk_size gave {num_tokens!r} tokens to {req.request_id!r}, which has {todo} "
                              "uncomputed: a chunk is an int from 0 to the uncomputed tokens")
         return num_tokens
-
-    def _chunk_for(self, request_id: str, budget: int, nothing_yet: bool) -> int:
-        return self.chunk_size(self.requests[request_id], budget, nothing_yet)
 
     def make_room(self, step: Step) -> Request:
         """Preempt the running request that lesson 06's choose_victim picks, and return it."""
@@ -335,22 +338,12 @@ class ContinuousScheduler(SchedulerBase):
             queue.append(request)
 
     def startable_next_step(self, queue: list[Request]) -> int:
-        """Admission's own tests, ahead of time: a seat (after the swapped, who come back first), its
-        first chunk within the token budget the running requests leave (one token each, at least), and
-        KV blocks for that chunk. Stops at the first that fails: nobody jumps the line."""
-        seats = self.free_seats - len(self.swapped)
-        budget = self.config.max_num_batched_tokens - len(self.running)
-        blocks_taken = started = 0
-        for req in queue[:max(0, seats)]:
-            tokens = self.uncomputed(req)
-            if self.config.enable_chunked_prefill:
-                tokens = min(tokens, budget)
-            if tokens < 1 or tokens > budget or not self.kv.can_allocate(tokens, keep_free=blocks_taken):
-                break
-            budget -= tokens
-            blocks_taken += self.kv.blocks_to_reserve(tokens, 0)
-            started += 1
-        return started
+        """Admission control's question, answered by the plan itself: how many of `queue` (the waiting queue
+        with a new request in its place) the next step would start, as things are now."""
+        line = self._line(queue)
+        plan = self._plan(line)
+        self.kv.clear_prefix_hits()
+        return sum(r.request_id in plan.starts for r in line if r.status is not RequestStatus.SWAPPED)
 
     def _drop(self, request: Request) -> None:
         for queue in (self.running, self.swapped):

@@ -5,7 +5,8 @@ Your answer is a server configuration and the highest arrival rate at which it k
 Task 1  capstone   pytest tests/exercises -k lesson08_task1
 
 The grader, minicb.capstone.grade, runs your answer on the simulator (the default "this CPU" step
-cost) with workloads drawn from seeds you have not seen.
+cost) with workloads drawn from seeds you have not seen, on the engine your lessons built: meets_slo
+runs your parts (course.parts(): minicb's in place of each one still a stub, saying so).
 """
 from __future__ import annotations
 

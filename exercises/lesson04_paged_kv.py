@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 
 from minicb.block_manager import NoFreeBlocks  # noqa: F401  (raise it when the pool is too small)
-from minicb.pool_sizing import PoolProblem
+from minicb.course.pool_sizing import PoolProblem
 
 
 class PagedAllocator:
@@ -123,13 +123,13 @@ def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
 
     What a server operator decides before the first request: how the device's KV memory is cut into
     blocks, and how much of it the pool takes. You may read the problem (its workload for any seed, its
-    seats, lengths and budget) and run pools on the simulator: minicb.pool_sizing.run_pool(block_size,
+    seats, lengths and budget) and run pools on the simulator: minicb.course.pool_sizing.run_pool(block_size,
     num_blocks, seed, problem) reports one run's waste, preemptions and peak.
 
     The contract (each rule is checked by a test, rule 1 first):
     1. block_size is one of problem.block_sizes; num_blocks is an int; the pool, block_size * num_blocks
        slots, fits the device's problem.budget_slots and holds one request of problem.max_model_len.
-    2. Waste: over the graded runs, at most minicb.pool_sizing.MAX_WASTE (20%) of the slots the
+    2. Waste: over the graded runs, at most minicb.course.pool_sizing.MAX_WASTE (20%) of the slots the
        sequences hold hold no token.
     3. Preemptions: over the graded runs, at most MAX_PREEMPTIONS_PER_REQUEST (2 per 100 requests).
     4. Memory: the pool takes at most MEMORY_SHARE (125%) of the slots of the reference answer's pool.

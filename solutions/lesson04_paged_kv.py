@@ -3,7 +3,7 @@ free also handles the swap pool of lesson 06), and an answer to the design task.
 import math
 
 from minicb.block_manager import PagedAllocator
-from minicb.pool_sizing import PoolProblem, run_pool
+from minicb.course.pool_sizing import PoolProblem, run_pool
 
 __all__ = ["PagedAllocator", "size_kv_pool"]
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import write_files
 
-from minicb import course, progress
+from minicb import course
+from minicb.course import progress
 from minicb.cli import main
 from minicb.sampling import SamplingParams
 
@@ -444,7 +445,7 @@ def test_the_checkout_is_found_from_the_working_directory(tmp_path):
     assert course.find_repo_root(tmp_path / "notebooks") == tmp_path
     assert course.find_repo_root(tmp_path / "minicb") == tmp_path
     (tmp_path / "solutions").rmdir()
-    assert course.find_repo_root(tmp_path / "notebooks") == Path(course.__file__).resolve().parent.parent
+    assert course.find_repo_root(tmp_path / "notebooks") == Path(course.__file__).resolve().parents[2]   # minicb/course/
 
 
 def test_a_notebook_grades_its_own_checkout_not_the_installed_one(tmp_path):

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 
 from minicb import course
-from minicb.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport,
+from minicb.course.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport,
                                 answer_error, preemptions_per_request, run_pool, total_waste)
 
 mine = course.lesson("lesson04_paged_kv")

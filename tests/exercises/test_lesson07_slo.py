@@ -8,7 +8,7 @@ from minicb import course
 from minicb.config import EngineConfig
 from minicb.goodput import SloTarget
 from minicb.parts import EngineParts
-from minicb.slo import grade_slo
+from minicb.course.slo import grade_slo
 
 mine = course.lesson("lesson07_slo")
 

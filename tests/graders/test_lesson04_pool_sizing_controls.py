@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_lesson04_pool_sizing import check_few_preemptions, check_little_waste, check_memory, check_pool_is_valid
 
-from minicb.pool_sizing import PoolProblem
+from minicb.course.pool_sizing import PoolProblem
 from solutions.lesson04_paged_kv import size_kv_pool
 
 PROBLEM = PoolProblem()

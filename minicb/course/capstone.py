@@ -18,7 +18,7 @@ from minicb import course
 from minicb.config import EngineConfig
 from minicb.goodput import SloTarget
 from minicb.parts import EngineParts
-from minicb.slo import SloReport, grade_slo, slo_workload
+from minicb.course.slo import SloReport, grade_slo, slo_workload
 from minicb.workload import WorkloadRequest
 
 GRADING_SEEDS = tuple(range(1000, 1010))   # ten: more than the practice seeds, so a lower edge among them is likely

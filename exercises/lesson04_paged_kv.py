@@ -5,6 +5,7 @@ p % block_size of block table[p // block_size].
 Task 1  PagedAllocator.can_allocate, .allocate       pytest tests/exercises -k lesson04_task1
 Task 2  PagedAllocator.can_append, .append_slots     pytest tests/exercises -k lesson04_task2
 Task 3  PagedAllocator.free                          pytest tests/exercises -k lesson04_task3
+Task 4  size_kv_pool (a design task)                 pytest tests/exercises -k lesson04_task4
 
 The engine builds its BlockManager (minicb/block_manager.py) over your class: the BlockManager
 decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 
 from minicb.block_manager import NoFreeBlocks  # noqa: F401  (raise it when the pool is too small)
+from minicb.course.pool_sizing import PoolProblem
 
 
 class PagedAllocator:
@@ -116,3 +118,25 @@ class PagedAllocator:
         """
         raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back, on the device "
                                   "or in the swap pool. Check it with: pytest tests/exercises -k lesson04_task3")
+
+
+def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
+    """A KV pool of your design for problem.workload(seed): return (block_size, num_blocks).
+
+    What a server operator decides before the first request: how the device's KV memory is cut into
+    blocks, and how much of it the pool takes. You may read the problem (its workload for any seed, its
+    seats, lengths and budget) and run pools on the simulator: minicb.course.pool_sizing.run_pool(block_size,
+    num_blocks, seed, problem) reports one run's waste, preemptions and peak.
+
+    The contract (each rule is checked by a test, rule 1 first):
+    1. block_size is one of problem.block_sizes; num_blocks is an int; the pool, block_size * num_blocks
+       slots, fits the device's problem.budget_slots and holds one request of problem.max_model_len.
+    2. Waste: over the graded runs, at most minicb.course.pool_sizing.MAX_WASTE (20%) of the slots the
+       sequences hold hold no token.
+    3. Preemptions: over the graded runs, at most MAX_PREEMPTIONS_PER_REQUEST (2 per 100 requests).
+    4. Memory: the pool takes at most MEMORY_SHARE (125%) of the slots of the reference answer's pool.
+    The graded runs are workloads from seeds you have not seen, drawn as problem.workload draws them;
+    problem.practice_seeds are three such workloads to design on, and any other seed draws another.
+    """
+    raise NotImplementedError("Lesson 04, task 4: size_kv_pool: a block size and a pool size for a workload. "
+                              "Check it with: pytest tests/exercises -k lesson04_task4")

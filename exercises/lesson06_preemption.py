@@ -59,10 +59,10 @@ def choose_victim_for_latency(running: tuple[RequestView, ...]) -> str:
     """A victim policy of your design that lowers the average wait under memory pressure.
 
     It has choose_victim's contract (the engine checks it at every preemption) and reads the same views.
-    It is judged on minicb.victims' workload, a burst of 200 requests on a pool far too small for them,
+    It is judged on minicb.course.victims' workload, a burst of 200 requests on a pool far too small for them,
     against minicb's own latest-first choice: over seeds you have not seen, the mean end-to-end latency it
-    gives must be at most 95% of minicb's (minicb.victims.TARGET). Try yours on the practice seeds with
-    minicb.victims.compare_victim_policies(choose_victim_for_latency), and look at what it does to p99.
+    gives must be at most 95% of minicb's (minicb.course.victims.TARGET). Try yours on the practice seeds with
+    minicb.course.victims.compare_victim_policies(choose_victim_for_latency), and look at what it does to p99.
     """
     raise NotImplementedError("Lesson 06, task 3: choose_victim_for_latency: a victim policy that lowers the mean "
                               "latency. Check it with: pytest tests/exercises -k lesson06_task3")

@@ -1,4 +1,4 @@
-"""Lesson 07: scheduling for latency targets. minicb.slo holds the problem: a bursty workload with a
+"""Lesson 07: scheduling for latency targets. minicb.course.slo holds the problem: a bursty workload with a
 few long documents, arriving faster than the default configuration serves, and an SLO (p99 TTFT,
 p99 inter-token latency, and at most a tenth of the requests turned away).
 
@@ -7,7 +7,7 @@ Task 2  slo_config   pytest tests/exercises -k lesson07_task2
 
 The scheduler calls chunk_size for every request it gives tokens to (minicb's own is in
 minicb/scheduler/chunking.py; `course.llm(lesson=7)` plugs yours in). The simulator grades
-slo_config: `minicb.slo.grade_slo(slo_config())`.
+slo_config: `minicb.course.slo.grade_slo(slo_config())`.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
 
 
 def slo_config() -> dict:
-    """EngineConfig overrides that meet minicb.goodput.SloTarget() on minicb.slo.slo_workload(). The
+    """EngineConfig overrides that meet minicb.goodput.SloTarget() on minicb.course.slo.slo_workload(). The
     knobs that matter: max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
     long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s."""
     raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO. "

@@ -1,15 +1,16 @@
-"""Lesson 08: the capstone. minicb.capstone holds the problem: a workload generator (lesson 07's chat
+"""Lesson 08: the capstone. minicb.course.capstone holds the problem: a workload generator (lesson 07's chat
 requests and long documents, at any Poisson rate, from a seed), an SLO, and the seeds to practise on.
 Your answer is a server configuration and the highest arrival rate at which it keeps the SLO.
 
 Task 1  capstone   pytest tests/exercises -k lesson08_task1
 
-The grader, minicb.capstone.grade, runs your answer on the simulator (the default "this CPU" step
-cost) with workloads drawn from seeds you have not seen.
+The grader, minicb.course.capstone.grade, runs your answer on the simulator (the default "this CPU" step
+cost) with workloads drawn from seeds you have not seen, on the engine your lessons built: meets_slo
+runs your parts (course.parts(): minicb's in place of each one still a stub, saying so).
 """
 from __future__ import annotations
 
-from minicb.capstone import CapstoneProblem, meets_slo  # noqa: F401  (meets_slo: the check to search with)
+from minicb.course.capstone import CapstoneProblem, meets_slo  # noqa: F401  (meets_slo: the check to search with)
 
 
 def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
@@ -18,10 +19,10 @@ def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
 
     Rules (each is checked by a test):
     1. config is a dict of valid EngineConfig overrides that sets only the server's knobs, those in
-       minicb.capstone.TUNABLE (seats, token budget, chunked prefill, queue limits, ...): the model,
+       minicb.course.capstone.TUNABLE (seats, token budget, chunked prefill, queue limits, ...): the model,
        the hardware (step cost, KV pool) and the simulator are the problem's. rate is a finite number > 0.
     2. At your rate, your config keeps the SLO on every one of ten seeds you have not seen
-       (minicb.capstone.GRADING_SEEDS: tune on problem.practice_seeds, never on those).
+       (minicb.course.capstone.GRADING_SEEDS: tune on problem.practice_seeds, never on those).
     3. Your rate is at least 90% of the reference answer's: its own configuration, and the highest rate
        it keeps the SLO at on the practice seeds, less a safety margin.
 

@@ -7,7 +7,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from minicb import course, progress
+from minicb import course
+from minicb.course import progress
 from minicb.config import add_cli_args, from_environment
 from minicb.llm import LLM
 from minicb.metrics import summarize
@@ -80,7 +81,7 @@ def batching_table(rows: list[tuple[str, dict]]) -> str:
 
 
 def show_progress(lessons: list[int] | None) -> int:
-    """Grade exercises/ of the checkout this runs in (see minicb/progress.py)."""
+    """Grade exercises/ of the checkout this runs in (see minicb/course/progress.py)."""
     if not (course.REPO_ROOT / "exercises").is_dir():
         print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
         return 2

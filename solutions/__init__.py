@@ -1,1 +1,1 @@
-"""The reference for each exercise: the same names and signatures as exercises/ (see minicb/course.py)."""
+"""The reference for each exercise: the same names and signatures as exercises/ (see minicb/course/__init__.py)."""

@@ -2,7 +2,7 @@
 highest rate it keeps the SLO at on the practice seeds, found by bisection, less a safety margin."""
 from __future__ import annotations
 
-from minicb.capstone import CapstoneProblem, meets_slo
+from minicb.course.capstone import CapstoneProblem, meets_slo
 
 # Chunked prefill keeps a long document from stalling the decodes. A step of 128 tokens costs about
 # 1.9 ms + 128 x 0.22 ms = 30 ms before its attention reads, under the 50 ms ITL target; twice that budget

@@ -7,7 +7,7 @@ import pytest
 
 from minicb.goodput import RequestSlo, SloTarget, goodput
 from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
-from minicb.slo import grade_slo, slo_workload
+from minicb.course.slo import grade_slo, slo_workload
 
 
 def test_the_default_configuration_misses_both_targets():
@@ -25,7 +25,7 @@ def test_chunked_prefill_alone_fixes_latency_between_tokens_not_the_queue():
 
 
 def test_a_configuration_that_can_serve_nobody_is_refused_naming_the_fix():
-    from minicb.slo import grade_slo
+    from minicb.course.slo import grade_slo
 
     # Without chunked prefill, a prompt over max_num_batched_tokens can never be served: the engine refuses
     # the first one when it is added, saying what to change, instead of grading a run that serves nobody.

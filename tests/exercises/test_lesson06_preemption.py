@@ -14,7 +14,7 @@ from minicb import course
 from minicb.costs import PreemptionCost
 from minicb.parts import EngineParts
 from minicb.request import RequestView
-from minicb.victims import TARGET, compare_victim_policies
+from minicb.course.victims import TARGET, compare_victim_policies
 
 mine = course.lesson("lesson06_preemption")
 PRESSURE = [(4, 12, 0), (5, 9, 1), (7, 14, 0), (3, 6, 1), (6, 11, 0), (4, 8, 1)]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from minicb import course
-from minicb.capstone import GRADING_SEEDS, RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
+from minicb.course.capstone import GRADING_SEEDS, RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
 
 mine = course.lesson("lesson08_capstone")
 reference = course.lesson("lesson08_capstone", "solutions")

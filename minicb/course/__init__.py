@@ -8,8 +8,8 @@ Both files have the same names and signatures. A stub raises NotImplementedError
 top to bottom. The lesson you are on says which of its parts are yours (again whenever that changes):
 
     from minicb import course
-    mine = course.lesson("lesson02_continuous")        # the module MINICB_IMPL picks
-    course.attempt(mine.plan_step, state)              # your function, or a note on what to do
+    mine = course.lesson("lesson06_preemption")        # the module MINICB_IMPL picks
+    course.attempt(mine.should_swap, victim, "swap", None)   # your function, or a note on what to do
     llm = course.llm(lesson=6, max_num_seqs=8)         # the real engine running your parts
     # Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), should_swap (not written
     # yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task2)
@@ -51,12 +51,12 @@ def find_repo_root(start: Path | None = None) -> Path:
     """The checkout the course runs in: the nearest folder, from `start` (the working directory)
     upwards, that holds exercises/, solutions/ and minicb/. A notebook runs in notebooks/ and must grade
     the exercises next to it, even where minicb is installed from another checkout; outside any
-    checkout, the folder above this package."""
+    checkout, the folder above the minicb package."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if all((folder / name).is_dir() for name in ("exercises", "solutions", "minicb")):
             return folder
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]   # minicb/course/__init__.py
 
 
 REPO_ROOT = find_repo_root()
@@ -93,6 +93,7 @@ TASKS = [
     Task(4, 2, "lesson04_paged_kv", "PagedAllocator.append_slots", "a new block only when the last one is full",
          also=("PagedAllocator.can_append",)),
     Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back, on the device or in the swap pool"),
+    Task(4, 4, "lesson04_paged_kv", "size_kv_pool", "a block size and a pool size for a workload"),
     Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
     Task(6, 1, "lesson06_preemption", "choose_victim", "which running request gives its KV blocks back"),
     Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
@@ -106,11 +107,11 @@ TASKS = [
     Task(10, 3, "lesson10_prefix_cache", "choose_eviction", "which cached block to evict: more hits than LRU"),
 ]
 
-# The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks are
-# the methods of one class, which fills the `allocator` field. Lesson 06's choose_victim_for_latency, lesson
-# 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the benchmark client's, not the
-# engine's) are graded on their own, and so is lesson 10's choose_eviction: the lesson's figures are least
-# recently used's, and its task cell plugs yours in.
+# The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks 1-3 are
+# the methods of one class, which fills the `allocator` field. Lesson 04's size_kv_pool, lesson 06's
+# choose_victim_for_latency, lesson 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the
+# benchmark client's, not the engine's) are graded on their own, and so is lesson 10's choose_eviction: the
+# lesson's figures are least recently used's, and its task cell plugs yours in.
 FUNCTION_PARTS = ("plan_step", "build_flat_batch", "paged_decode_attention", "choose_victim",
                   "should_swap", "chunk_size", "block_hashes", "longest_cached_prefix")
 ALLOCATOR_LESSON, ALLOCATOR_MODULE, ALLOCATOR_CLASS = 4, "lesson04_paged_kv", "PagedAllocator"
@@ -368,7 +369,7 @@ def allocator_class(mine: type, reference: type) -> tuple[type, dict[Task, list[
     each lesson 04 task's functions that are still stubs, for the lesson's note."""
     methods: dict[str, Callable] = {}
     stubs: dict[Task, list[str]] = {}
-    for task in (t for t in TASKS if t.module == ALLOCATOR_MODULE):
+    for task in (t for t in TASKS if t.symbol.startswith(f"{ALLOCATOR_CLASS}.")):
         stubs[task] = [s for s in task.symbols if is_stub(getattr(mine, s.split(".", 1)[1]))]
         for symbol in task.symbols:
             name = symbol.split(".", 1)[1]

@@ -1,7 +1,8 @@
 """Lesson 08's capstone: the highest arrival rate at which a configuration keeps an SLO, graded on the simulator.
 
 The problem: lesson 07's workload (chat requests, every `long_every`-th a long document) at any Poisson
-rate, drawn from a seed, and a stricter SLO. The answer: EngineConfig overrides (the server's knobs,
+rate, drawn from a seed, and a stricter SLO, served by the engine the course built: your lessons' parts
+(course.parts(), minicb's in place of each one still a stub). The answer: EngineConfig overrides (the server's knobs,
 not the hardware's) and an arrival rate. grade() runs the answer on the simulator, with the default
 "this CPU" step cost, on GRADING_SEEDS, which the learner never sees: the rate must keep the SLO on all
 of them, and be at least RATE_SHARE of the reference answer's rate.
@@ -13,9 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from numbers import Real
 
+from minicb import course
 from minicb.config import EngineConfig
 from minicb.goodput import SloTarget
-from minicb.slo import SloReport, grade_slo, slo_workload
+from minicb.parts import EngineParts
+from minicb.course.slo import SloReport, grade_slo, slo_workload
 from minicb.workload import WorkloadRequest
 
 GRADING_SEEDS = tuple(range(1000, 1010))   # ten: more than the practice seeds, so a lower edge among them is likely
@@ -46,13 +49,15 @@ class CapstoneProblem:
         return slo_workload(self.n, rate, self.long_every, seed)
 
 
-def meets_slo(config: dict, rate: float, seeds: Iterable[int],
-              problem: CapstoneProblem = CapstoneProblem()) -> tuple[bool, dict[int, SloReport]]:
+def meets_slo(config: dict, rate: float, seeds: Iterable[int], problem: CapstoneProblem = CapstoneProblem(),
+              parts: EngineParts | None = None) -> tuple[bool, dict[int, SloReport]]:
     """Whether `config` keeps problem.target at `rate` on every seed's workload, and each run's report by
-    seed. The runs stop at the first seed that misses: all must meet it, so the rest cannot change the answer."""
+    seed. The runs stop at the first seed that misses: all must meet it, so the rest cannot change the answer.
+    parts: the engine's lesson parts; None: course.parts(), yours, as for grade_slo."""
+    parts = course.parts() if parts is None else parts
     reports: dict[int, SloReport] = {}
     for seed in seeds:
-        reports[seed] = grade_slo(config, problem.target, problem.workload(rate, seed), problem.num_blocks)
+        reports[seed] = grade_slo(config, problem.target, problem.workload(rate, seed), problem.num_blocks, parts)
         if not reports[seed].met:
             return False, reports
     return True, reports
@@ -111,7 +116,8 @@ class CapstoneGrade:
 
 def grade(answer: object, reference_rate: float, seeds: Iterable[int] = GRADING_SEEDS,
           problem: CapstoneProblem = CapstoneProblem()) -> CapstoneGrade:
-    """Judge a capstone answer (config, rate) on `seeds` against the reference's rate."""
+    """Judge a capstone answer (config, rate) on `seeds` against the reference's rate, on your lessons'
+    parts (meets_slo's default)."""
     error = answer_error(answer)
     if error:
         return CapstoneGrade(error)

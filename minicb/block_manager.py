@@ -27,7 +27,7 @@ task 3: choose_eviction); without one, the LRU's order decides.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from minicb.prefix_cache import CachedBlock, block_hashes
@@ -182,9 +182,10 @@ class BlockManager:
         else:
             self._prefix_hits.pop(seq_id, None)
 
-    def clear_prefix_hits(self) -> None:
-        """Forget every hit not yet allocated: the scheduler looks them up again before each step."""
-        self._prefix_hits.clear()
+    def clear_prefix_hits(self, keep: Collection[str] = ()) -> None:
+        """Forget the hits not yet allocated, but those of `keep` (the sequences that start in this step):
+        the scheduler looks them up again before each step."""
+        self._prefix_hits = {seq: hit for seq, hit in self._prefix_hits.items() if seq in keep}
 
     def _promised(self) -> set[int]:
         """Evictable blocks that a pending prefix hit will reuse."""
@@ -195,16 +196,19 @@ class BlockManager:
         return len(self.evictable) - len(self._promised())
 
     def available_blocks(self) -> int:
-        """Blocks the pool can hand out now: free ones and cached ones it may evict."""
-        return len(self.free_blocks) + self._spare_evictable()
+        """Blocks the pool can hand out now: free ones and cached ones no table holds (evictable)."""
+        return len(self.free_blocks) + len(self.evictable)
 
     def blocks_to_start(self, seq_id: str, num_tokens: int) -> int:
-        """Blocks a sequence that holds none on the device takes to run its first num_tokens tokens: a
-        swapped one brings its blocks back and grows; a new one gets blocks for the tokens after its
-        prefix hit (with contiguous reservation, for max_model_len)."""
+        """Of available_blocks, those a sequence that holds none on the device takes to run its first
+        num_tokens tokens: a swapped one brings its blocks back and grows; a new one gets blocks for the
+        tokens after its prefix hit (with contiguous reservation, for max_model_len), and its hit's
+        blocks that no table holds stop being evictable. Two starts whose hits share such a block count
+        it twice: a step may start fewer than would fit, never more."""
         if seq_id in self.swapped:
             return max(len(self.swapped[seq_id]), blocks_for(self.num_tokens[seq_id] + num_tokens, self.block_size))
-        return self.blocks_to_reserve(num_tokens, 0)
+        reused = sum(block in self.evictable for block in self._prefix_hits.get(seq_id, ()))
+        return self.blocks_to_reserve(num_tokens, 0) + reused
 
     def blocks_freed_by(self, seq_id: str) -> int:
         """Blocks the pool gets back if this running sequence gives way (those no other table holds)."""

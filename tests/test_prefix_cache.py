@@ -321,3 +321,23 @@ def test_the_engine_runs_the_lookup_it_was_given_and_checks_it():
                        parts=EngineParts(longest_cached_prefix=lambda hashes, cached: len(hashes)))
     with pytest.raises(ValueError, match="longest_cached_prefix gave 5 for 5 hashes"):
         overcounting.generate([BASE], GREEDY, use_tqdm=False)
+
+
+def test_waiting_requests_whose_hits_hold_every_cached_block_still_start():
+    """The soak's case (make soak, 2026-12-02): with block_size 1 the two waiting requests' hits together
+    held every evictable block. Had every looked-up hit been kept from eviction, neither could take the one
+    new block it needs, and the run stopped. Only the hits of the requests that start are kept; a start's
+    hit blocks count among the blocks it takes (BlockManager.blocks_to_start)."""
+    llm = LLM(None, device="cpu", simulate=True, block_size=1, num_blocks=32, max_num_seqs=4,
+              max_num_batched_tokens=48, enable_prefix_caching=True, check_kv_invariants=True)
+    engine, ids, lengths = llm.engine, [], {}
+    for step in range(400):
+        if step in (0, 5):
+            for prompt, max_tokens in ([([1], 1), ([1], 1), ([1] * 9, 20)] if step == 0 else [([1], 13)]):
+                ids.append(engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=max_tokens,
+                                                                     ignore_eos=True)))
+        lengths.update((o.request_id, len(o.outputs[0].token_ids)) for o in engine.step() if o.finished)
+        if step > 5 and not engine.has_unfinished_requests():
+            break
+    assert not engine.has_unfinished_requests(), "requests are stuck"
+    assert [lengths[i] for i in ids] == [1, 1, 20, 13], "a request came back short"

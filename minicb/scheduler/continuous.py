@@ -79,6 +79,7 @@ class ContinuousScheduler(SchedulerBase):
         first and decodes take what is left: new users see a first token sooner."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
         plan = self._plan(self._line(self.waiting))
+        self.kv.clear_prefix_hits(keep=plan.starts)   # only a start's hit is kept from eviction by the others
         for victim in plan.victims:
             self.preempt(self.requests[victim], step)
         prompts_first = self.config.schedule_priority == "prefill_first"

@@ -27,7 +27,8 @@ def plan_step(state: StepState) -> StepPlan:
     - victims: a running request gives way only while the running requests' next tokens need more
       blocks than the pool has, and each is the one choose_victim names among those still running;
     - runs: every running request that has not given way runs, with the tokens its chunk gives it at its
-      turn, asked with the budget the requests before it left. state.order says whose turn comes first:
+      turn, asked with the budget the requests before it left (a request its chunk gives 0 is left out of
+      runs: it waits for the next step). state.order says whose turn comes first:
       "decode_first", the running requests, in order; "prefill_first", the running prompts (more than
       one uncomputed token), then the requests that start, then the running decodes;
     - starts: first come, first served: the requests that start are the first of state.line, in its

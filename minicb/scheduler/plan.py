@@ -10,7 +10,8 @@ The contract (every rule is one check_plan names):
   than the pool has (counting what the victims so far give back), and each is the one
   state.choose_victim names among the running requests that have not given way;
 - runs: every running request that has not given way runs, with the tokens state.chunk gives it at its
-  turn, asked with the budget the requests before it left (0 tokens: it waits for the next step).
+  turn, asked with the budget the requests before it left (0 tokens: it is left out, and waits for the
+  next step).
   decode_first gives the budget to the running requests in their order; prefill_first gives it to the
   running prompts first, then to the requests that start, and the running decodes take what is left;
 - starts: first come, first served. The requests that start are the first of state.line, in its

@@ -67,7 +67,8 @@ def counts_shared_blocks_as_freed(state: StepState) -> StepPlan:
     (jumps_the_line, "decode_first", "rule 'starts'"),
     (starts_while_someone_gives_way, "decode_first", "rule 'starts'"),
     (takes_the_decodes_blocks, "prefill_first", "rule 'starts'"),
-    (decode_first_always, "prefill_first", "rule 'starts'"),
+    # The decodes take budget before the starts, or before the running prompts: either is named.
+    (decode_first_always, "prefill_first", "rule '(starts|runs)'"),
     (never_preempts, "decode_first", "rule 'victims'"),
     # Too many tokens for the later requests: too many blocks, so someone gives way for nothing, or too many tokens.
     (asks_chunk_with_the_whole_budget, "decode_first", "rule '(victims|runs)'"),

@@ -78,7 +78,8 @@ class ContinuousScheduler(SchedulerBase):
         left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then new ones) go
         first and decodes take what is left: new users see a first token sooner."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
-        plan = self._plan(self._line(self.waiting))
+        line = self._line(self.waiting)
+        plan = self._plan(line)
         self.kv.clear_prefix_hits(keep=plan.starts)   # only a start's hit is kept from eviction by the others
         for victim in plan.victims:
             self.preempt(self.requests[victim], step)
@@ -88,12 +89,12 @@ class ContinuousScheduler(SchedulerBase):
         for req in runs:
             if req not in later:
                 self.run(req, plan.runs[req.request_id], step)
-        for req in [r for r in self._line(self.waiting) if r.request_id in plan.starts]:
+        for req in [r for r in line if r.request_id in plan.starts]:
             self._start(req, plan.starts[req.request_id], step)
         for req in later:
             self.run(req, plan.runs[req.request_id], step)
         self.kv.clear_prefix_hits()
-        self._evict_for_priority(plan, step)
+        self._evict_for_priority(plan, line, step)
         self._stamp_first_step(step.out, step.now)
         return step.out
 
@@ -135,10 +136,10 @@ class ContinuousScheduler(SchedulerBase):
             check_plan(state, plan)
         return plan
 
-    def _evict_for_priority(self, plan: StepPlan, step: Step) -> None:
+    def _evict_for_priority(self, plan: StepPlan, line: list[Request], step: Step) -> None:
         """Under the priority policy, the first of the line that could not start, when it is more urgent than
         a running request, makes one give way: it starts in a later step."""
-        blocked = next((r for r in self._line(self.waiting) if r.request_id not in plan.starts), None)
+        blocked = next((r for r in line if r.request_id not in plan.starts), None)
         if (blocked is not None and not plan.victims and self.config.scheduling_policy == "priority"
                 and self.running and max(self.running, key=rank).priority > blocked.priority
                 and self.chunk_size(blocked, step.token_budget, step.is_empty)):

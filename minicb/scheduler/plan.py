@@ -86,11 +86,12 @@ def plan_step(state: StepState) -> StepPlan:
     starts: dict[str, int] = {}
     for req in state.line[:state.free_seats] if not victims else ():
         n = state.chunk(req.request_id, budget, not runs and not starts)
-        if not n or state.blocks_to_start(req.request_id, n) > room:
+        needed = state.blocks_to_start(req.request_id, n) if n else 0
+        if not n or needed > room:
             break
         starts[req.request_id] = n
         budget -= n
-        room -= state.blocks_to_start(req.request_id, n)
+        room -= needed
     runs |= _give_tokens(state, last, budget, not runs and not starts)
     return StepPlan(runs, starts, victims)
 

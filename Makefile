@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab test test-any-model demo soak notebooks progress serve
+.PHONY: lab workspace test test-any-model demo soak notebooks progress serve
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -24,11 +24,17 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 LAB_AS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 LAB_FLAGS   ?=
 
-lab: $(STAMP)
-	mkdir -p notebooks $(LAB_SETTINGS)
+# You work in workspace/ (git-ignored): the lessons with their outputs cleared, made once and then yours, so
+# that no stored result answers a prediction before you make it (minicb/course/workspace.py). notebooks/
+# keeps the lessons with their outputs, for reading and for the tests.
+lab: $(STAMP) workspace
+	mkdir -p $(LAB_SETTINGS)
 	cp tools/jupyterlab-overrides.json $(LAB_SETTINGS)/overrides.json
 	@[ -z "$(LAB_AS_ROOT)" ] || echo "make lab: running as root (a container?), so JupyterLab starts with --allow-root"
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_FLAGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=workspace $(LAB_AS_ROOT) $(LAB_FLAGS)
+
+workspace: $(STAMP)
+	$(PY) -m minicb.course.workspace
 
 # The tests grade the reference solutions (MINICB_IMPL=solutions); tests/test_course.py also runs the
 # exercise tests against the stubs, where each must fail with its own task's message. nbval runs every

@@ -21,16 +21,17 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
     It may read: uncomputed, the request's tokens not yet in the cache (1 for a decode; a prompt, the rest
     of one, or a preempted request's whole context for a prefill); budget, what is left of the step's
     max_num_batched_tokens (0 or below once it is spent: a step may overflow it); step_is_empty, whether
-    the step runs nothing yet; config.enable_chunked_prefill and config.long_prefill_token_threshold (0: no
-    cap).
+    the step runs nothing yet (its whole budget, at least 1, is then left); config.enable_chunked_prefill
+    and config.long_prefill_token_threshold (0: no cap).
 
-    The contract:
+    The contract (the tests check each rule on random cases, and name the one an answer breaks):
     - the answer is an int from 0 to uncomputed;
-    - without chunked prefill a request runs whole or not at all, within the budget, except that a step
-      running nothing yet takes a request whole even past the budget: a preempted request that grew
-      bigger than the budget could otherwise never run again;
-    - with chunked prefill a chunk never exceeds the budget, nor the threshold when there is one, and it
-      is as large as both allow: a smaller piece wastes a step's room and delays the first token.
+    - without chunked prefill a request is never split; with it, a piece never exceeds
+      long_prefill_token_threshold when there is one;
+    - the step keeps to its budget, unless keeping to it would stall the engine for good: a request that
+      could never run at all;
+    - nothing is held back that these rules let run: a token left out wastes the step's room and delays
+      the request.
     """
     raise NotImplementedError("Lesson 07, task 1: chunk_size: how many of a request's tokens run this step. "
                               "Check it with: pytest tests/exercises -k lesson07_task1")

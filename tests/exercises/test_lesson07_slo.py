@@ -25,36 +25,46 @@ def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, 
     assert isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= uncomputed, (
         f"rule: the answer is an int from 0 to uncomputed; it was {n!r}. Case: {case}")
     if not chunked:
-        assert n in (0, uncomputed), f"rule: without chunked prefill a request runs whole or not at all; {n}. Case: {case}"
-        if uncomputed <= budget:
-            assert n == uncomputed, f"rule: without chunked prefill a request that fits the budget runs whole. Case: {case}"
-        elif step_is_empty:
-            assert n == uncomputed, (f"rule: a step running nothing yet takes a request whole even past the budget, "
-                                     f"or a preempted request bigger than the budget never runs again. Case: {case}")
-        else:
-            assert n == 0, f"rule: without chunked prefill a request runs within the budget; it got {n}. Case: {case}"
+        assert n in (0, uncomputed), f"rule: without chunked prefill a request is never split; {n}. Case: {case}"
+    elif threshold:
+        assert n <= threshold, f"rule: a piece never exceeds long_prefill_token_threshold; it got {n}. Case: {case}"
+    never_fits = not chunked and uncomputed > budget   # unsplit, it fits no budget this step has left
+    if never_fits and step_is_empty:
+        assert n == uncomputed, (
+            f"rule: keeping to the budget must not stall the engine for good: a step that runs nothing yet has its "
+            f"whole budget, and this request, never split, fits no step's; it got {n}. Case: {case}")
         return
-    assert n <= max(budget, 0), f"rule: with chunked prefill a chunk never exceeds the budget; it got {n}. Case: {case}"
-    assert not threshold or n <= threshold, (
-        f"rule: with chunked prefill a chunk never exceeds long_prefill_token_threshold; it got {n}. Case: {case}")
-    largest = min(uncomputed, max(budget, 0), threshold or uncomputed)
-    assert n == largest, (f"rule: with chunked prefill a chunk is as large as the budget and the threshold allow "
-                          f"({largest}); it got {n}. Case: {case}")
+    assert n <= max(budget, 0), (
+        f"rule: the step keeps to its budget ({max(budget, 0)} left) unless keeping to it would stall the engine for "
+        f"good, and here it would not: a later step can take the request; it got {n}. Case: {case}")
+    largest = 0 if never_fits else min(uncomputed, max(budget, 0), threshold if chunked and threshold else uncomputed)
+    assert n == largest, (f"rule: nothing is held back that the rules let run: {largest} tokens may run; it got {n}. "
+                          f"Case: {case}")
 
 
-# Cases every run tries first: a spent budget in an empty step and in a busy one, with and without chunking; a
-# decode with no budget left; a chunk exactly the budget and the threshold; a budget overflowed by an empty step.
-FIRST_CASES = [(1, 0, True, True, 0), (40, 0, True, False, 0), (1, 0, False, False, 0), (1, 0, False, True, 8),
+# Cases every run tries first: a spent budget in a busy step, with and without chunking; a decode with no budget
+# left; a chunk exactly the budget and the threshold; an unsplit request bigger than an empty step's whole budget.
+FIRST_CASES = [(1, 0, False, True, 0), (1, 0, False, False, 0), (1, 0, False, True, 8),
                (16, 16, False, True, 16), (17, 16, False, True, 16), (40, 16, False, False, 0),
-               (30, -3, False, True, 0)]
+               (40, 16, True, False, 0), (40, 16, True, True, 0), (30, -3, False, True, 0)]
+
+
+@st.composite
+def budget_and_emptiness(draw):
+    """What is left of the budget, and whether the step runs nothing yet: an empty step has its whole budget,
+    at least 1 (a busy one may have spent it, or overflowed it)."""
+    step_is_empty = draw(st.booleans())
+    return draw(st.integers(1 if step_is_empty else -4, 300)), step_is_empty
 
 
 def chunk_size_contract(decide):
-    contract = contract_test(decide, check_chunk_size, 300, uncomputed=st.integers(1, 300),
-                             budget=st.integers(-4, 300), step_is_empty=st.booleans(), chunked=st.booleans(),
-                             threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
+    def check(decide, uncomputed, budget_step, chunked, threshold):
+        check_chunk_size(decide, uncomputed, *budget_step, chunked, threshold)
+
+    contract = contract_test(decide, check, 300, uncomputed=st.integers(1, 300), budget_step=budget_and_emptiness(),
+                             chunked=st.booleans(), threshold=st.sampled_from([0, 0, 1, 8, 16, 64]))
     for uncomputed, budget, step_is_empty, chunked, threshold in reversed(FIRST_CASES):
-        contract = example(uncomputed=uncomputed, budget=budget, step_is_empty=step_is_empty, chunked=chunked,
+        contract = example(uncomputed=uncomputed, budget_step=(budget, step_is_empty), chunked=chunked,
                            threshold=threshold)(contract)
     return contract
 

@@ -44,21 +44,21 @@ def the_threshold_without_chunking_too(uncomputed, budget, step_is_empty, config
     return chunk_size(min(uncomputed, cap), budget, step_is_empty, config)
 
 
-def the_empty_step_overflows_only_with_a_budget_left(uncomputed, budget, step_is_empty, config):
-    return chunk_size(uncomputed, budget, step_is_empty and budget > 0, config)
+def whole_whenever_it_is_never_split(uncomputed, budget, step_is_empty, config):
+    return chunk_size(uncomputed, budget, True, config)
 
 
 @pytest.mark.parametrize("wrong,rule", [
-    (no_exception_for_an_empty_step, "a step running nothing yet takes a request whole"),
+    (no_exception_for_an_empty_step, "must not stall the engine for good"),
     (ignores_the_threshold, "never exceeds long_prefill_token_threshold"),
-    (overflows_with_chunking_too, "never exceeds the budget"),
+    (overflows_with_chunking_too, "keeps to its budget"),
     (negative_when_the_budget_is_spent, "an int from 0 to uncomputed"),
-    (half_a_budget_to_be_safe, "as large as the budget and the threshold allow|never exceeds the budget"),
+    (half_a_budget_to_be_safe, "nothing is held back|keeps to its budget"),
     (lambda uncomputed, budget, step_is_empty, config: float(chunk_size(uncomputed, budget, step_is_empty, config)),
      "an int"),
-    (at_least_one_token_to_make_progress, "never exceeds the budget|runs within the budget"),
-    (the_threshold_without_chunking_too, "runs whole or not at all"),
-    (the_empty_step_overflows_only_with_a_budget_left, "a step running nothing yet takes a request whole"),
+    (at_least_one_token_to_make_progress, "keeps to its budget"),
+    (the_threshold_without_chunking_too, "never split"),
+    (whole_whenever_it_is_never_split, "keeps to its budget"),
 ])
 def test_a_wrong_chunk_size_fails_its_contract(wrong, rule):
     with pytest.raises(AssertionError, match=rule):

@@ -85,6 +85,7 @@ def show_progress(lessons: list[int] | None) -> int:
     if not (course.REPO_ROOT / "exercises").is_dir():
         print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
         return 2
+    print(progress.render_predictions(course.REPO_ROOT, lessons))
     print(progress.render(progress.check(course.REPO_ROOT, lessons)))
     return 0
 

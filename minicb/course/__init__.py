@@ -39,6 +39,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from minicb.course.checkout import REPO_ROOT, find_repo_root
+from minicb.course.predictions import predict, reveal
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
 from minicb.parts import EngineParts
@@ -47,19 +49,6 @@ IMPL_VARIABLE = "MINICB_IMPL"
 IMPLS = ("exercises", "solutions")
 
 
-def find_repo_root(start: Path | None = None) -> Path:
-    """The checkout the course runs in: the nearest folder, from `start` (the working directory)
-    upwards, that holds exercises/, solutions/ and minicb/. A notebook runs in notebooks/ and must grade
-    the exercises next to it, even where minicb is installed from another checkout; outside any
-    checkout, the folder above the minicb package."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if all((folder / name).is_dir() for name in ("exercises", "solutions", "minicb")):
-            return folder
-    return Path(__file__).resolve().parents[2]   # minicb/course/__init__.py
-
-
-REPO_ROOT = find_repo_root()
 
 
 @dataclass(frozen=True)

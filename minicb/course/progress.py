@@ -18,7 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from minicb.course import IMPL_VARIABLE, TASKS, Task, stub_label
+from minicb.course import IMPL_VARIABLE, TASKS, Task, predictions, stub_label
 
 DONE, FAILING, NOT_STARTED, NOT_CHECKED = "done", "failing", "not started", "not checked"
 TEST_NAME = re.compile(r"test_lesson(\d\d)_task(\d+)_")
@@ -124,4 +124,15 @@ def render(results: list[TaskResult]) -> str:
             lines.append(f"          {r.why.splitlines()[0]}")
     done = sum(r.state == DONE for r in results)
     lines.append(f"{done} of {len(results)} tasks done")
+    return "\n".join(lines)
+
+
+def render_predictions(root: Path, lessons: Collection[int] | None = None) -> str:
+    """Per lesson, how many of its predictions you made in your workspace, and how many held."""
+    store = root / "workspace" / predictions.STORE_NAME
+    counts = predictions.lesson_counts(predictions.load(store))
+    lines = [f"Predictions ({store.relative_to(root)}, made in your workspace):"]
+    for lesson, (asked, made, right) in sorted(counts.items()):
+        if lessons is None or lesson in lessons:
+            lines.append(f"  lesson {lesson:02d}  {made} of {asked} made, {right} right")
     return "\n".join(lines)

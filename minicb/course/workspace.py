@@ -18,19 +18,28 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from minicb.course.predictions import ANSWER_TAG
+
 MANIFEST = ".upstream.json"   # lesson file name -> digest of the clean copy workspace/ was given
 UPDATED_SUFFIX = ".updated.ipynb"
 
 
 def clean_notebook(text: str) -> str:
-    """The notebook with every output, execution count and stored widget state removed."""
+    """The notebook with every output, execution count and stored widget state removed, and the answers to
+    its predictions folded away (course.reveal shows each once the learner has predicted)."""
     notebook = json.loads(text)
+    notebook["cells"] = [cell for cell in notebook["cells"] if not is_answer(cell)]
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
     notebook.get("metadata", {}).pop("widgets", None)
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+def is_answer(cell: dict) -> bool:
+    """A prediction's answer (minicb.course.predictions): folded away until course.reveal shows it."""
+    return any(tag.startswith(ANSWER_TAG) for tag in cell.get("metadata", {}).get("tags", []))
 
 
 def digest(text: str) -> str:

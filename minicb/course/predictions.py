@@ -1,0 +1,171 @@
+"""Predictions: the learner commits to an answer before a cell measures it, and sees the two side by side.
+
+A lesson's "Predict, then run" prompt is followed by a cell that records the learner's answer,
+`course.predict("01.static_utilization", "c")`, and the measuring cell ends with
+`course.reveal("01.static_utilization", measured)`, which prints "you said (c) about 30%; measured 28%: right".
+A multiple-choice answer is right when its option is the one nearest the measured value (so the verdict
+follows the measurement on any machine or model); a number, when it falls within the prediction's band.
+Either way the lesson's answer, with its reason, follows: in the workspace (minicb.course.workspace) it
+stays folded away until a prediction is recorded, and reveal shows it then.
+
+Predictions made in workspace/ are kept in workspace/.predictions.json, never in the repository, and
+`make progress` counts them per lesson. Anywhere else (notebooks/, under nbval) they last as long as the
+kernel, so the stored outputs stay the same on every machine.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minicb.course.checkout import REPO_ROOT
+
+STORE_VARIABLE = "MINICB_PREDICTIONS"   # a file to keep predictions in, wherever the notebook runs (tests)
+STORE_NAME = ".predictions.json"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    question: str
+    options: dict[str, float] = field(default_factory=dict)   # multiple choice: letter -> the value it stands for
+    unit: str = ""            # how a value prints: "%" (a fraction shown in percent), or a word after a number
+    tolerance: float = 0.25   # a number is right within this share of the measured value, either way
+
+    def describe(self, value: float | str) -> str:
+        if isinstance(value, str):
+            return f"({value}) about {self.format(self.options[value])}"
+        return self.format(value)
+
+    def format(self, value: float) -> str:
+        if self.unit == "%":
+            return f"{value:.0%}"
+        return f"{value:g} {self.unit}".strip()
+
+    def judge(self, answer: float | str, measured: float) -> bool:
+        if self.options:
+            return answer == min(self.options, key=lambda letter: abs(self.options[letter] - measured))
+        return abs(float(answer) - measured) <= self.tolerance * abs(measured)
+
+    def check_answer(self, key: str, answer: object) -> float | str:
+        if self.options:
+            if answer not in self.options:
+                raise ValueError(f"course.predict({key!r}, ...): answer with one of "
+                                 f"{', '.join(repr(o) for o in self.options)}, not {answer!r}")
+            return answer
+        if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
+            raise ValueError(f"course.predict({key!r}, ...): answer with a number"
+                             f"{' (a share: 0.3 for 30%)' if self.unit == '%' else ''}, not {answer!r}")
+        return answer
+
+
+PREDICTIONS: dict[str, Prediction] = {
+    "01.static_utilization": Prediction(
+        "Static batching, 8 seats, 64 requests with Bard's heavy-tailed lengths: what seat utilization?",
+        {"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
+    "01.uniform_utilization": Prediction(
+        "16 seats, lengths drawn uniformly from 1 to 127: what seat utilization?",
+        {"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
+    "01.padding_share": Prediction(
+        "The padded baseline on the A-D example: what share of the tokens it computes is padding?",
+        {"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
+}
+
+
+def store_path() -> Path | None:
+    """Where predictions are kept: MINICB_PREDICTIONS, or workspace/.predictions.json for a notebook that runs
+    in the workspace; None elsewhere (they last as long as the kernel)."""
+    if os.environ.get(STORE_VARIABLE):
+        return Path(os.environ[STORE_VARIABLE])
+    return REPO_ROOT / "workspace" / STORE_NAME if in_workspace() else None
+
+
+_session: dict[str, dict] = {}
+
+
+def load(path: Path | None = None) -> dict[str, dict]:
+    """key -> {"answer": ..., and once revealed "measured" and "right"}."""
+    path = path or store_path()
+    if path is None:
+        return dict(_session)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save(records: dict[str, dict]) -> None:
+    path = store_path()
+    if path is None:
+        _session.clear()
+        _session.update(records)
+    else:
+        path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+
+
+def spec(key: str) -> Prediction:
+    if key not in PREDICTIONS:
+        raise KeyError(f"no prediction is named {key!r}; the lessons' are {', '.join(PREDICTIONS)}")
+    return PREDICTIONS[key]
+
+
+def predict(key: str, answer: object = ...) -> None:
+    """Record your answer to the Predict prompt `key` (replace ... with it) before running the next cell."""
+    prediction = spec(key)
+    if answer is ...:
+        choices = f"one of {', '.join(repr(o) for o in prediction.options)}" if prediction.options else "a number"
+        print(f"Not answered yet: replace ... with {choices}, and run this cell before the next one.")
+        return
+    records = load()
+    records[key] = {"answer": prediction.check_answer(key, answer)}
+    save(records)
+    print(f"Recorded: {prediction.describe(records[key]['answer'])}. Now run the next cell.")
+
+
+def reveal(key: str, measured: float) -> bool | None:
+    """Your prediction beside the measured value, and whether it held (None: you made none)."""
+    prediction = spec(key)
+    records = load()
+    if key not in records:
+        print(f"Measured: {prediction.format(measured)}. You made no prediction for this one: next time, answer the "
+              f"course.predict cell under the prompt first.")
+        return None
+    answer = records[key]["answer"]
+    right = prediction.judge(answer, measured)
+    records[key].update(measured=measured, right=right)
+    save(records)
+    verdict = "right" if right else "not this time"
+    if not prediction.options:
+        verdict += f" (within {prediction.tolerance:.0%} counts)"
+    print(f"You said {prediction.describe(answer)}; measured {prediction.format(measured)}: {verdict}.")
+    if in_workspace():   # the answer cell was folded away from this copy: it comes now, with its reason
+        from IPython.display import Markdown, display
+        display(Markdown(answer_text(key)))
+    return right
+
+
+ANSWER_TAG = "answer:"   # a markdown cell tagged "answer:<key>" holds the answer to that prediction
+
+
+def answer_text(key: str, notebooks: Path = REPO_ROOT / "notebooks") -> str:
+    """The lesson's answer to prediction `key`: its tagged markdown cell in notebooks/, without the fold."""
+    lesson = key.split(".")[0]
+    for path in sorted(notebooks.glob(f"{lesson}_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if ANSWER_TAG + key in cell.get("metadata", {}).get("tags", []):
+                text = "".join(cell["source"])
+                return text.replace("<details><summary>Answer</summary>", "**The answer.**").replace("</details>", "")
+    raise KeyError(f"no cell of notebooks/{lesson}_*.ipynb is tagged {ANSWER_TAG + key!r}")
+
+
+def in_workspace() -> bool:
+    return Path.cwd().resolve() == (REPO_ROOT / "workspace").resolve()
+
+
+def lesson_counts(records: dict[str, dict]) -> dict[int, tuple[int, int, int]]:
+    """lesson -> (predictions it asks for, predictions made, predictions right)."""
+    counts = {}
+    for key in PREDICTIONS:
+        lesson = int(key.split(".")[0])
+        asked, made, right = counts.get(lesson, (0, 0, 0))
+        record = records.get(key)
+        counts[lesson] = (asked + 1, made + (record is not None), right + bool(record and record.get("right")))
+    return counts

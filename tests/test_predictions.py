@@ -1,0 +1,102 @@
+"""Predictions: recorded before the run, judged against the measurement, counted per lesson, folded in the workspace."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from minicb.course import predictions
+from minicb.course.predictions import PREDICTIONS, Prediction, answer_text, lesson_counts, predict, reveal
+from minicb.course.progress import render_predictions
+from minicb.course.workspace import clean_notebook
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_of(key: str) -> dict:
+    (path,) = NOTEBOOKS.glob(f"{key.split('.')[0]}_*.ipynb")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    path = tmp_path / "predictions.json"
+    monkeypatch.setenv(predictions.STORE_VARIABLE, str(path))
+    return path
+
+
+@pytest.mark.parametrize("key", sorted(PREDICTIONS))
+def test_each_prediction_is_asked_after_its_prompt_revealed_after_its_run_and_answered_last(key):
+    cells = notebook_of(key)["cells"]
+    source = ["".join(c["source"]) for c in cells]
+    asked = next(i for i, s in enumerate(source) if f'course.predict("{key}"' in s)
+    revealed = next(i for i, s in enumerate(source) if f'course.reveal("{key}"' in s)
+    answered = next(i for i, c in enumerate(cells) if f"answer:{key}" in c["metadata"].get("tags", []))
+    assert cells[asked - 1]["cell_type"] == "markdown" and "Predict" in source[asked - 1]
+    assert asked < revealed < answered, (asked, revealed, answered)
+    measured = [i for i in range(asked + 1, revealed) if cells[i]["cell_type"] == "code"]
+    assert measured, f"{key}: no cell measures anything between the prediction and its reveal"
+    assert "<details>" in source[answered]
+
+
+def test_every_lesson_from_01_asks_for_at_least_three_predictions_once_converted():
+    per_lesson = {lesson: asked for lesson, (asked, _, _) in lesson_counts({}).items()}
+    assert per_lesson and all(asked >= 3 for asked in per_lesson.values()), per_lesson
+
+
+def test_a_choice_is_right_when_it_is_the_option_nearest_the_measurement():
+    p = Prediction("?", {"a": 0.9, "b": 0.55, "c": 0.3}, unit="%")
+    assert p.judge("c", 0.28) and not p.judge("b", 0.28) and p.judge("b", 0.5) and not p.judge("c", 0.9)
+
+
+def test_a_number_is_right_within_its_band_either_way():
+    p = Prediction("steps?", unit="steps", tolerance=0.25)
+    assert p.judge(30, 24) and p.judge(18, 24) and not p.judge(31, 24) and not p.judge(17, 24)
+
+
+def test_a_prediction_and_its_reveal_are_kept_and_counted(store, capsys):
+    predict("01.static_utilization", "c")
+    assert "Recorded: (c) about 30%" in capsys.readouterr().out
+    assert reveal("01.static_utilization", 0.28) is True
+    assert "You said (c) about 30%; measured 28%: right" in capsys.readouterr().out
+    predict("01.uniform_utilization", "a")
+    assert reveal("01.uniform_utilization", 0.58) is False
+    assert "not this time" in capsys.readouterr().out
+    records = json.loads(store.read_text())
+    assert records["01.static_utilization"] == {"answer": "c", "measured": 0.28, "right": True}
+    assert lesson_counts(records)[1] == (3, 2, 1)
+
+
+def test_no_prediction_is_said_and_nothing_recorded(store, capsys):
+    predict("01.padding_share", ...)
+    assert "Not answered yet: replace ... with one of 'a', 'b', 'c'" in capsys.readouterr().out
+    assert reveal("01.padding_share", 0.52) is None
+    assert "no prediction" in capsys.readouterr().out
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("answer,fix", [("d", "one of 'a', 'b', 'c'"), (0.3, "one of 'a', 'b', 'c'")])
+def test_a_bad_answer_is_refused_with_the_fix(store, answer, fix):
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        predict("01.static_utilization", answer)
+    with pytest.raises(KeyError, match="no prediction is named"):
+        predict("01.no_such_thing", "a")
+
+
+def test_progress_counts_the_workspaces_predictions(tmp_path):
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / predictions.STORE_NAME).write_text(json.dumps(
+        {"01.static_utilization": {"answer": "c", "measured": 0.28, "right": True},
+         "01.padding_share": {"answer": "a"}}))
+    assert "lesson 01  2 of 3 made, 1 right" in render_predictions(tmp_path)
+
+
+@pytest.mark.parametrize("key", sorted(PREDICTIONS))
+def test_the_workspace_folds_each_answer_away_and_reveal_has_it_unfolded(key):
+    stored = notebook_of(key)
+    clean = json.loads(clean_notebook(json.dumps(stored)))
+    text = answer_text(key)
+    assert text.startswith("**The answer.**") and "<details>" not in text
+    assert not any(f"answer:{key}" in c["metadata"].get("tags", []) for c in clean["cells"])
+    assert len(clean["cells"]) == len(stored["cells"]) - sum(
+        any(t.startswith("answer:") for t in c["metadata"].get("tags", [])) for c in stored["cells"])

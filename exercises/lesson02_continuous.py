@@ -25,7 +25,9 @@ def plan_step(state: StepState) -> StepPlan:
     - never more than state.token_budget tokens (a step running one request alone may, if its chunk
       says so), state.free_seats new requests, or the blocks the pool holds;
     - victims: a running request gives way only while the running requests' next tokens need more
-      blocks than the pool has, and each is the one choose_victim names among those still running;
+      blocks than the pool has, and each is the one choose_victim names among those still running.
+      "Their next tokens" are what runs would give them if nobody started: under prefill_first the
+      decodes' chunks with the budget the running prompts leave;
     - runs: every running request that has not given way runs, with the tokens its chunk gives it at its
       turn, asked with the budget the requests before it left (a request its chunk gives 0 is left out of
       runs: it waits for the next step). state.order says whose turn comes first:

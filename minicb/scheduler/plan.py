@@ -33,12 +33,15 @@ class StepState:
     running: tuple[RequestView, ...]   # running requests, in the order they run
     line: tuple[RequestView, ...]      # who may start, in the order they must: swapped ones coming back
     #                                    (most urgent first), then waiting ones; the first free_seats + 1
+    #                                    (the one past the seats is for admission control's question
+    #                                    whether the next would start: the seats bound the starts)
     free_seats: int                    # max_num_seqs minus the running requests
     token_budget: int                  # max_num_batched_tokens: tokens this step may run
     free_blocks: int                   # KV blocks the pool can hand out now
     order: str                         # "decode_first" or "prefill_first" (EngineConfig.schedule_priority)
     chunk: Callable[[str, int, bool], int]   # (request_id, budget left, nothing planned yet) -> its tokens
-    #                                          now, lesson 07's decision; 0: none fit
+    #                                          now, lesson 07's decision; 0: none fit. "Nothing planned yet":
+    #                                          no request of this step has tokens so far
     blocks_to_grow: Callable[[str, int], int]    # (running request_id, n) -> new blocks for n more tokens
     blocks_to_start: Callable[[str, int], int]   # (request_id in line, n) -> blocks to run its first n tokens
     blocks_freed_by: Callable[[str], int]        # running request_id -> blocks the pool gets back if it gives way

@@ -45,12 +45,12 @@ def test_every_lesson_from_01_asks_for_at_least_three_predictions_once_converted
 
 
 def test_a_choice_is_right_when_it_is_the_option_nearest_the_measurement():
-    p = Prediction("?", {"a": 0.9, "b": 0.55, "c": 0.3}, unit="%")
+    p = Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%")
     assert p.judge("c", 0.28) and not p.judge("b", 0.28) and p.judge("b", 0.5) and not p.judge("c", 0.9)
 
 
 def test_a_number_is_right_within_its_band_either_way():
-    p = Prediction("steps?", unit="steps", tolerance=0.25)
+    p = Prediction(unit="steps", tolerance=0.25)
     assert p.judge(30, 24) and p.judge(18, 24) and not p.judge(31, 24) and not p.judge(17, 24)
 
 

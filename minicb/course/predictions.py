@@ -24,11 +24,12 @@ from minicb.course.checkout import REPO_ROOT
 
 STORE_VARIABLE = "MINICB_PREDICTIONS"   # a file to keep predictions in, wherever the notebook runs (tests)
 STORE_NAME = ".predictions.json"
+WORKSPACE = "workspace"   # the learner's copies of the lessons, beside notebooks/ (minicb.course.workspace)
 
 
 @dataclass(frozen=True)
 class Prediction:
-    question: str
+    """One Predict prompt (its words are the lesson's): how an answer prints and when it counts as right."""
     options: dict[str, float] = field(default_factory=dict)   # multiple choice: letter -> the value it stands for
     unit: str = ""            # how a value prints: "%" (a fraction shown in percent), or a word after a number
     tolerance: float = 0.25   # a number is right within this share of the measured value, either way
@@ -61,15 +62,9 @@ class Prediction:
 
 
 PREDICTIONS: dict[str, Prediction] = {
-    "01.static_utilization": Prediction(
-        "Static batching, 8 seats, 64 requests with Bard's heavy-tailed lengths: what seat utilization?",
-        {"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
-    "01.uniform_utilization": Prediction(
-        "16 seats, lengths drawn uniformly from 1 to 127: what seat utilization?",
-        {"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
-    "01.padding_share": Prediction(
-        "The padded baseline on the A-D example: what share of the tokens it computes is padding?",
-        {"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
+    "01.static_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
+    "01.uniform_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
+    "01.padding_share": Prediction({"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
 }
 
 
@@ -78,7 +73,12 @@ def store_path() -> Path | None:
     in the workspace; None elsewhere (they last as long as the kernel)."""
     if os.environ.get(STORE_VARIABLE):
         return Path(os.environ[STORE_VARIABLE])
-    return REPO_ROOT / "workspace" / STORE_NAME if in_workspace() else None
+    return workspace_store(REPO_ROOT) if in_workspace() else None
+
+
+def workspace_store(root: Path) -> Path:
+    """The predictions made in the workspace of the checkout at `root`."""
+    return root / WORKSPACE / STORE_NAME
 
 
 _session: dict[str, dict] = {}
@@ -157,7 +157,7 @@ def answer_text(key: str, notebooks: Path = REPO_ROOT / "notebooks") -> str:
 
 
 def in_workspace() -> bool:
-    return Path.cwd().resolve() == (REPO_ROOT / "workspace").resolve()
+    return Path.cwd().resolve() == (REPO_ROOT / WORKSPACE).resolve()
 
 
 def lesson_counts(records: dict[str, dict]) -> dict[int, tuple[int, int, int]]:

@@ -129,7 +129,7 @@ def render(results: list[TaskResult]) -> str:
 
 def render_predictions(root: Path, lessons: Collection[int] | None = None) -> str:
     """Per lesson, how many of its predictions you made in your workspace, and how many held."""
-    store = root / "workspace" / predictions.STORE_NAME
+    store = predictions.workspace_store(root)
     counts = predictions.lesson_counts(predictions.load(store))
     lines = [f"Predictions ({store.relative_to(root)}, made in your workspace):"]
     for lesson, (asked, made, right) in sorted(counts.items()):

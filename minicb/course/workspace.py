@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from minicb.course.predictions import ANSWER_TAG
+from minicb.course.predictions import ANSWER_TAG, WORKSPACE
 
 MANIFEST = ".upstream.json"   # lesson file name -> digest of the clean copy workspace/ was given
 UPDATED_SUFFIX = ".updated.ipynb"
@@ -95,7 +95,7 @@ def make_workspace(notebooks: Path, workspace: Path) -> WorkspaceReport:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="the lessons, with outputs")
-    parser.add_argument("--workspace", type=Path, default=Path("workspace"), help="the learner's copies")
+    parser.add_argument("--workspace", type=Path, default=Path(WORKSPACE), help="the learner's copies")
     args = parser.parse_args(argv)
     print(make_workspace(args.notebooks, args.workspace).summary())
 

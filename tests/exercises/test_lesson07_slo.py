@@ -10,6 +10,7 @@ from minicb.config import EngineConfig
 from minicb.goodput import SloTarget
 from minicb.parts import EngineParts
 from minicb.course.slo import grade_slo
+from minicb.scheduler.chunking import chunk_size as minicb_chunk_size
 
 mine = course.lesson("lesson07_slo")
 
@@ -37,7 +38,7 @@ def check_chunk_size(decide, uncomputed: int, budget: int, step_is_empty: bool, 
     assert n <= max(budget, 0), (
         f"rule: the step keeps to its budget ({max(budget, 0)} left) unless keeping to it would stall the engine for "
         f"good, and here it would not: a later step can take the request; it got {n}. Case: {case}")
-    largest = 0 if never_fits else min(uncomputed, max(budget, 0), threshold if chunked and threshold else uncomputed)
+    largest = minicb_chunk_size(uncomputed, budget, step_is_empty, config)   # the most the rules let run
     assert n == largest, (f"rule: nothing is held back that the rules let run: {largest} tokens may run; it got {n}. "
                           f"Case: {case}")
 

@@ -2,17 +2,19 @@
 sequence's block table lists its blocks in order, and token p of the sequence lives in slot
 p % block_size of block table[p // block_size].
 
-Task 1  PagedAllocator.can_allocate, .allocate       pytest tests/exercises -k lesson04_task1
-Task 2  PagedAllocator.can_append, .append_slots     pytest tests/exercises -k lesson04_task2
-Task 3  PagedAllocator.free                          pytest tests/exercises -k lesson04_task3
-Task 4  size_kv_pool (a design task)                 pytest tests/exercises -k lesson04_task4
+Task 1  PagedAllocator: can_allocate, allocate, can_append, append_slots, free
+                                   pytest tests/exercises -k lesson04_task1
+        (one method's checks alone: -k lesson04_task1_allocate, _append or _free; the whole allocator's:
+        -k lesson04_task1_allocator)
+Task 2  size_kv_pool (a design task)   pytest tests/exercises -k lesson04_task2
 
 The engine builds its BlockManager (minicb/block_manager.py) over your class: the BlockManager
 decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on
-the state your __init__ sets, so keep that state as it is. The tests grade each task with only that
-task's methods yours (the rest are minicb's, run on your instance): on random sequences of calls,
-tables that share blocks included, each result checked against its contract and against minicb's,
-and in the engine under memory pressure, with the pool's invariants checked after every step.
+the state your __init__ sets, so keep that state as it is. The tests grade your methods a pair at a time
+(allocate, append, free: the rest are then minicb's, run on your instance), and then all of them
+together: on random sequences of calls, tables that share blocks included, each result checked against
+its contract and against minicb's, and in the engine under memory pressure, with the pool's invariants
+checked after every step.
 minicb's own is PagedAllocator in minicb/block_manager.py: write the methods yourself, since a
 method that calls or inherits minicb's fails its task.
 """
@@ -81,8 +83,8 @@ class PagedAllocator:
         Reads the state; changes nothing. The contract: True exactly when append_slots(seq_id,
         num_new_tokens) would succeed and leave at least keep_free blocks free (below 0, as for
         can_allocate: short by at most -keep_free blocks)."""
-        raise NotImplementedError("Lesson 04, task 2: PagedAllocator.can_append: whether a sequence can grow. "
-                                  "Check it with: pytest tests/exercises -k lesson04_task2")
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.can_append: whether a sequence can grow. "
+                                  "Check it with: pytest tests/exercises -k lesson04_task1")
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
         """Room for num_new_tokens more tokens of seq_id, which holds a table; returns its table.
@@ -98,8 +100,8 @@ class PagedAllocator:
         It refuses, changing nothing (table and num_tokens as they were): NoFreeBlocks if too few
         blocks are free.
         """
-        raise NotImplementedError("Lesson 04, task 2: PagedAllocator.append_slots: a new block only when the "
-                                  "last one is full. Check it with: pytest tests/exercises -k lesson04_task2")
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.append_slots: a new block only when the "
+                                  "last one is full. Check it with: pytest tests/exercises -k lesson04_task1")
 
     def free(self, seq_id: str) -> None:
         """A sequence is done with its blocks (it finished, was aborted, or gives way to be recomputed
@@ -116,8 +118,8 @@ class PagedAllocator:
           its request is aborted;
         - no other sequence's table, count or blocks change.
         """
-        raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back, on the device "
-                                  "or in the swap pool. Check it with: pytest tests/exercises -k lesson04_task3")
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.free: give every block back, on the device "
+                                  "or in the swap pool. Check it with: pytest tests/exercises -k lesson04_task1")
 
 
 def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
@@ -138,5 +140,5 @@ def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
     The graded runs are workloads from seeds you have not seen, drawn as problem.workload draws them;
     problem.practice_seeds are three such workloads to design on, and any other seed draws another.
     """
-    raise NotImplementedError("Lesson 04, task 4: size_kv_pool: a block size and a pool size for a workload. "
-                              "Check it with: pytest tests/exercises -k lesson04_task4")
+    raise NotImplementedError("Lesson 04, task 2: size_kv_pool: a block size and a pool size for a workload. "
+                              "Check it with: pytest tests/exercises -k lesson04_task2")

@@ -3,8 +3,8 @@ gives its blocks back: recompute drops them (it prefills again later), swap copi
 (and back later). You make the two decisions; the scheduler does the preemption itself
 (ContinuousScheduler.preempt: the queues, the blocks, the copies, the budget, the request's state).
 
-Task 1  choose_victim   pytest tests/exercises -k lesson06_task1
-Task 2  should_swap     pytest tests/exercises -k lesson06_task2
+Task 1  choose_victim, should_swap                 pytest tests/exercises -k lesson06_task1
+Task 2  choose_victim_for_latency (a design task)   pytest tests/exercises -k lesson06_task2
 
 minicb's own are in minicb/scheduler/preemption.py; `course.llm(lesson=6)` plugs yours in, and the engine
 runs them in every configuration. A decision that breaks its contract stops the step with a ValueError
@@ -51,8 +51,8 @@ def should_swap(victim: RequestView, mode: str, cost: PreemptionCost | None) -> 
     them. Under "auto" it picks whichever costs this victim less, as `cost` prices it; on a tie it
     recomputes (a tie is no reason to take swap space).
     """
-    raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. "
-                              "Check it with: pytest tests/exercises -k lesson06_task2")
+    raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. "
+                              "Check it with: pytest tests/exercises -k lesson06_task1")
 
 
 def choose_victim_for_latency(running: tuple[RequestView, ...]) -> str:
@@ -64,5 +64,5 @@ def choose_victim_for_latency(running: tuple[RequestView, ...]) -> str:
     gives must be at most 95% of minicb's (minicb.course.victims.TARGET). Try yours on the practice seeds with
     minicb.course.victims.compare_victim_policies(choose_victim_for_latency), and look at what it does to p99.
     """
-    raise NotImplementedError("Lesson 06, task 3: choose_victim_for_latency: a victim policy that lowers the mean "
-                              "latency. Check it with: pytest tests/exercises -k lesson06_task3")
+    raise NotImplementedError("Lesson 06, task 2: choose_victim_for_latency: a victim policy that lowers the mean "
+                              "latency. Check it with: pytest tests/exercises -k lesson06_task2")

@@ -5,14 +5,13 @@ reuses it instead of prefilling it again (vLLM's enable_prefix_caching). Your fu
 find how much of a prompt the cache already holds, and choose which cached block to give up when the
 pool runs short.
 
-Task 1  block_hashes            pytest tests/exercises -k lesson10_task1
-Task 2  longest_cached_prefix   pytest tests/exercises -k lesson10_task2
-Task 3  choose_eviction         pytest tests/exercises -k lesson10_task3
+Task 1  block_hashes, longest_cached_prefix   pytest tests/exercises -k lesson10_task1
+Task 2  choose_eviction (a design task)       pytest tests/exercises -k lesson10_task2
 
 With enable_prefix_caching=True the scheduler calls the first two (minicb's own are in
 minicb/prefix_cache.py; `course.llm(lesson=10, enable_prefix_caching=True)` plugs yours in). It names a
 request's blocks as they fill, a few at a time, and looks a waiting request's names up before admitting
-it: a hit counts as computed, and only the rest of the prompt is prefilled. Task 3 is a design task:
+it: a hit counts as computed, and only the rest of the prompt is prefilled. Task 2 is a design task:
 the block manager asks your policy whenever it must evict (EngineParts(choose_eviction=...); minicb's
 default is least recently used), and it is graded on its hit rate, not on how it decides.
 """
@@ -62,8 +61,8 @@ def longest_cached_prefix(hashes: Sequence[bytes], cached: Mapping[bytes, int]) 
     3. Presence is membership: a name is cached exactly when it is a key of `cached`, whatever block id
        it maps to.
     """
-    raise NotImplementedError("Lesson 10, task 2: longest_cached_prefix: how many leading blocks the cache holds. "
-                              "Check it with: pytest tests/exercises -k lesson10_task2")
+    raise NotImplementedError("Lesson 10, task 1: longest_cached_prefix: how many leading blocks the cache holds. "
+                              "Check it with: pytest tests/exercises -k lesson10_task1")
 
 
 def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
@@ -85,5 +84,5 @@ def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
     everything. Your policy's prefix-cache hit rate must beat least recently used's by at least
     4 percentage points on every workload, with every request's tokens unchanged.
     """
-    raise NotImplementedError("Lesson 10, task 3: choose_eviction: which cached block to evict next. "
-                              "Check it with: pytest tests/exercises -k lesson10_task3")
+    raise NotImplementedError("Lesson 10, task 2: choose_eviction: which cached block to evict next. "
+                              "Check it with: pytest tests/exercises -k lesson10_task2")

@@ -22,7 +22,7 @@ list holds only unnamed blocks, so they go first, and then the least recently us
 evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
 BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
 is ever named and all of this stays empty. Which cached block goes first is a policy (lesson 10,
-task 3: choose_eviction); without one, the LRU's order decides.
+task 2: choose_eviction); without one, the LRU's order decides.
 """
 from __future__ import annotations
 

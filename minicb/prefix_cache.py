@@ -45,7 +45,7 @@ def longest_cached_prefix(hashes: Sequence[bytes], cached: Mapping[bytes, int]) 
 
 @dataclass(frozen=True)
 class CachedBlock:
-    """What an eviction policy may know of a cached block that no table holds (lesson 10, task 3)."""
+    """What an eviction policy may know of a cached block that no table holds (lesson 10, task 2)."""
     block: int       # its id in the KV pool: what the policy returns
     depth: int       # its place in its prefix: 0 for a prompt's first block, 1 for the one after it, ...
     hits: int        # how many times a prefix hit has reused it since it was cached
@@ -60,7 +60,7 @@ def least_recently_used(candidates: Sequence[CachedBlock]) -> int:
 
 def hot_and_cold_prompts(seed: int, num_requests: int = 200, num_hot: int = 3, prologue_tokens: int = 16,
                          hot_share: float = 0.5, vocab_size: int = 2000) -> list[list[int]]:
-    """Token-id prompts that an eviction policy is measured on (lesson 10, task 3): each begins with one
+    """Token-id prompts that an eviction policy is measured on (lesson 10, task 2): each begins with one
     of num_hot hot prologues (with probability hot_share), used again and again, or with a cold one of
     its own, used once, and ends in a tail of 1 to 6 tokens of its own."""
     rng = random.Random(seed)

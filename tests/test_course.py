@@ -173,9 +173,10 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh
         # The engine's parts only (the kernel needs Triton): the tasks graded on their own are not in it.
         engine_part = task.symbol in course.FUNCTION_PARTS or task.symbol.startswith(f"{course.ALLOCATOR_CLASS}.")
         if engine_part and task.symbol != "paged_decode_attention":
-            stubs = " and ".join(task.symbols)
-            assert f"{stubs} (not written yet: the reference runs; write " in "\n".join(notes)
-            assert f", then: {task.command})" in "\n".join(notes)
+            note = next(line for line in notes if line.startswith(f"Lesson {task.lesson:02d} runs "))
+            listed, _, rest = note.split(": ", 1)[1].partition(" (not written yet: the reference runs; write ")
+            assert re.split(r", | and ", listed) == list(task.symbols), note
+            assert rest.endswith(f", then: {task.command})"), note
     course.parts("exercises")
     assert capsys.readouterr().out == "", "a second engine repeated the notes"
 
@@ -205,13 +206,13 @@ class PagedAllocator:
         raise NotImplementedError("Lesson 04, task 1: PagedAllocator.allocate: blocks for a new sequence.")
 
     def can_append(self, seq_id):
-        raise NotImplementedError("Lesson 04, task 2: PagedAllocator.append_slots: a new block only when ...")
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.can_append: whether a sequence can grow.")
 
     def append_slots(self, seq_id):
         return ("mine", seq_id)
 
     def free(self, seq_id):
-        raise NotImplementedError("Lesson 04, task 3: PagedAllocator.free: give every block back.")
+        raise NotImplementedError("Lesson 04, task 1: PagedAllocator.free: give every block back.")
 ''',
     "lesson06_preemption": '''
 def choose_victim(x):
@@ -220,7 +221,7 @@ def choose_victim(x):
 
 def should_swap(x):
     """Recompute or swap."""
-    raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. Check it with: ...")
+    raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. Check it with: ...")
 ''',
     "lesson07_slo": '''
 def chunk_size(x):
@@ -232,7 +233,7 @@ def block_hashes(x):
 
 
 def longest_cached_prefix(x):
-    raise NotImplementedError("Lesson 10, task 2: longest_cached_prefix: how many leading blocks the cache holds.")
+    raise NotImplementedError("Lesson 10, task 1: longest_cached_prefix: how many leading blocks the cache holds.")
 ''',
 }
 
@@ -289,7 +290,7 @@ def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
     parts = course.parts("exercises", lesson=6)
     assert capsys.readouterr().out == (
         "Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), should_swap (not written "
-        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task2)\n")
+        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task1)\n")
     assert parts.choose_victim(1) == ("mine", 1) and parts.should_swap(1) == ("reference", 1)
     assert parts.chunk_size(1) == ("reference", 1)   # lesson 07's stub: replaced, and not a word about it
     course.parts("exercises", lesson=6)
@@ -300,17 +301,17 @@ def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
     parts = course.parts("exercises", lesson=10)
     assert capsys.readouterr().out == (
         "Lesson 10 runs exercises/lesson10_prefix_cache.py: block_hashes (yours), longest_cached_prefix (not written "
-        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson10_task2)\n")
+        "yet: the reference runs; write it, then: pytest tests/exercises -k lesson10_task1)\n")
     assert parts.block_hashes(1) == ("mine", 1) and parts.longest_cached_prefix(1) == ("reference", 1)
 
 
 def test_your_allocator_runs_the_references_methods_where_yours_are_stubs(fake_course, capsys):
     allocator = course.parts("exercises", lesson=4).allocator
     note = capsys.readouterr().out
-    assert note.startswith("Lesson 04 runs exercises/lesson04_paged_kv.py: PagedAllocator.can_allocate (yours), "
-                           "PagedAllocator.allocate (not written yet: the reference runs; write it, then: pytest "
-                           "tests/exercises -k lesson04_task1), PagedAllocator.append_slots (yours), "
-                           "PagedAllocator.can_append (not written yet"), note
+    assert note == ("Lesson 04 runs exercises/lesson04_paged_kv.py: PagedAllocator.can_allocate and "
+                    "PagedAllocator.append_slots (yours), PagedAllocator.allocate, PagedAllocator.can_append and "
+                    "PagedAllocator.free (not written yet: the reference runs; write them, then: pytest "
+                    "tests/exercises -k lesson04_task1)\n"), note
     pool = allocator()
     assert isinstance(pool, fake_course["lesson04_paged_kv"].PagedAllocator)
     assert pool.allocate("a", 3) == [0, 1, 2] and pool.free_blocks == [3]    # the reference, on your state
@@ -372,7 +373,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-SWAP_STUB = 'raise NotImplementedError("Lesson 06, task 2: should_swap: recompute or swap this victim. Check it with: ...")'
+SWAP_STUB = 'raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. Check it with: ...")'
 
 
 def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout, capsys):
@@ -391,7 +392,7 @@ def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout,
     edit(checkout / "lesson06_preemption.py", SWAP_STUB, 'return ("mine", x)')
     parts = course.parts("exercises", lesson=6)
     assert parts.should_swap(1) == ("mine", 1)
-    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), "
+    assert capsys.readouterr().out == ("Lesson 06 runs exercises/lesson06_preemption.py: choose_victim and "
                                        "should_swap (yours)\n"), "a changed note was not said again"
     course.parts("exercises", lesson=6)
     assert capsys.readouterr().out == "", "an unchanged note was said again"
@@ -525,14 +526,14 @@ def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
     results = progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
     assert [(r.task.label, r.state) for r in results] == [
         ("Lesson 02, task 1", "done"), ("Lesson 03, task 1", "failing"), ("Lesson 06, task 1", "failing"),
-        ("Lesson 06, task 2", "failing"), ("Lesson 06, task 3", "failing"), ("Lesson 07, task 1", "not checked"),
+        ("Lesson 06, task 2", "failing"), ("Lesson 07, task 1", "not checked"),
         ("Lesson 07, task 2", "not started")]
     assert "wrong batch" in results[1].why and results[2].why.startswith("none of its tests ran")
-    assert "needs a GPU" in results[5].why
+    assert "needs a GPU" in results[4].why
     out = progress.render(results)
     assert "  task 1  build_flat_batch" in out
     assert "pytest tests/exercises -k lesson03_task1\n          AssertionError" in out
-    assert out.endswith("\n1 of 7 tasks done")
+    assert out.endswith("\n1 of 6 tasks done")
 
 
 def test_an_unknown_impl_is_refused(monkeypatch):

@@ -12,7 +12,7 @@ top to bottom. The lesson you are on says which of its parts are yours (again wh
     course.attempt(mine.should_swap, victim, "swap", None)   # your function, or a note on what to do
     llm = course.llm(lesson=6, max_num_seqs=8)         # the real engine running your parts
     # Lesson 06 runs exercises/lesson06_preemption.py: choose_victim (yours), should_swap (not written
-    # yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task2)
+    # yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task1)
 
 An edited exercise file takes effect without restarting the kernel: the next course.lesson(), llm(),
 engine() or parts() re-imports it (engines built before keep the code they were built with). A file
@@ -77,26 +77,27 @@ TASKS = [
     Task(2, 1, "lesson02_continuous", "plan_step",
          "the step's plan: who gives way, who runs how many tokens, who starts"),
     Task(3, 1, "lesson03_selective", "build_flat_batch", "the flat batch the model runs on"),
-    Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate", "blocks for a new sequence",
-         also=("PagedAllocator.can_allocate",)),
-    Task(4, 2, "lesson04_paged_kv", "PagedAllocator.append_slots", "a new block only when the last one is full",
-         also=("PagedAllocator.can_append",)),
-    Task(4, 3, "lesson04_paged_kv", "PagedAllocator.free", "give every block back, on the device or in the swap pool"),
-    Task(4, 4, "lesson04_paged_kv", "size_kv_pool", "a block size and a pool size for a workload"),
+    Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate",
+         "the allocator: blocks for a new sequence, a new block only when the last one is full, every block back",
+         also=("PagedAllocator.can_allocate", "PagedAllocator.can_append", "PagedAllocator.append_slots",
+               "PagedAllocator.free")),
+    Task(4, 2, "lesson04_paged_kv", "size_kv_pool", "a block size and a pool size for a workload"),
     Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
-    Task(6, 1, "lesson06_preemption", "choose_victim", "which running request gives its KV blocks back"),
-    Task(6, 2, "lesson06_preemption", "should_swap", "recompute or swap this victim"),
-    Task(6, 3, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean latency"),
+    Task(6, 1, "lesson06_preemption", "choose_victim",
+         "which running request gives its KV blocks back, and whether they are swapped or recomputed",
+         also=("should_swap",)),
+    Task(6, 2, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean latency"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
     Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),
     Task(9, 1, "lesson09_serving", "stream_metrics", "TTFT, ITL, TPOT and e2e from a stream's chunk times"),
-    Task(10, 1, "lesson10_prefix_cache", "block_hashes", "the chain hash of each full block"),
-    Task(10, 2, "lesson10_prefix_cache", "longest_cached_prefix", "how many leading blocks the cache holds"),
-    Task(10, 3, "lesson10_prefix_cache", "choose_eviction", "which cached block to evict: more hits than LRU"),
+    Task(10, 1, "lesson10_prefix_cache", "block_hashes",
+         "the chain hash of each full block, and how many leading blocks the cache holds",
+         also=("longest_cached_prefix",)),
+    Task(10, 2, "lesson10_prefix_cache", "choose_eviction", "which cached block to evict: more hits than LRU"),
 ]
 
-# The EngineParts fields a task's function fills (its symbol is the field's name). Lesson 04's tasks 1-3 are
+# The EngineParts fields a task's functions fill (each function's name is the field's). Lesson 04's task 1 is
 # the methods of one class, which fills the `allocator` field. Lesson 04's size_kv_pool, lesson 06's
 # choose_victim_for_latency, lesson 07's slo_config, lesson 08's capstone and lesson 09's stream_metrics (the
 # benchmark client's, not the engine's) are graded on their own, and so is lesson 10's choose_eviction: the
@@ -264,11 +265,15 @@ def _state(task: Task, stubs: list[str]) -> str:
     """How a lesson's note shows the task's functions, `stubs` of them still stubs: one entry for what
     is yours and one for what is not written yet, so a task of two functions is not announced twice."""
     written = [s for s in task.symbols if s not in stubs]
-    shown = [f"{' and '.join(written)} (yours)"] if written else []
+    shown = [f"{_listed(written)} (yours)"] if written else []
     if stubs:
-        shown.append(f"{' and '.join(stubs)} (not written yet: the reference runs; write "
+        shown.append(f"{_listed(stubs)} (not written yet: the reference runs; write "
                      f"{'it' if len(stubs) == 1 else 'them'}, then: {task.command})")
     return ", ".join(shown)
+
+
+def _listed(names: list[str]) -> str:
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int | None = None) -> EngineParts:
@@ -283,16 +288,20 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
     plugged: dict[str, Any] = {}
     stubs: dict[Task, list[str]] = {}   # the tasks this engine runs: their functions that are still stubs
     for task in TASKS:
-        if task.symbol not in FUNCTION_PARTS or (task.symbol == "paged_decode_attention" and not decode_kernel):
+        symbols = [s for s in task.symbols if s in FUNCTION_PARTS and (s != "paged_decode_attention" or decode_kernel)]
+        if not symbols:
             continue
-        ref = getattr(reference, task.symbol) or _reference_kernel()
         module = _importable(task.module, which, own=task.lesson == lesson)
-        if module is None:
-            plugged[task.symbol] = ref
-            continue
-        mine = getattr(module, task.symbol)
-        stubs[task] = [task.symbol] if is_stub(mine) else []
-        plugged[task.symbol] = ref if stubs[task] else with_fallback(mine, ref)
+        for symbol in symbols:
+            ref = getattr(reference, symbol) or _reference_kernel()
+            if module is None:
+                plugged[symbol] = ref
+                continue
+            mine = getattr(module, symbol)
+            if is_stub(mine):
+                stubs.setdefault(task, []).append(symbol)
+            plugged[symbol] = ref if is_stub(mine) else with_fallback(mine, ref)
+            stubs.setdefault(task, [])
     module = _importable(ALLOCATOR_MODULE, which, own=ALLOCATOR_LESSON == lesson)
     if module is None:
         plugged["allocator"] = reference.allocator

@@ -1,6 +1,7 @@
 """Lesson 04's tasks, graded on the implementation MINICB_IMPL picks (make test: the solutions).
-Each task is graded with only its own methods yours; the others are minicb's PagedAllocator's,
-run on your instance (the state your __init__ sets is the same). Two kinds of check per task:
+Task 1, the allocator, is graded a pair of methods at a time (allocate, append, free: only that pair yours, the
+others minicb's PagedAllocator's, run on your instance, whose state your __init__ sets the same), and then with
+every method yours. Two kinds of check for each:
 - the contract: random pools and random sequences of calls (hypothesis), tables that share blocks
   included, as prefix caching makes them; every result is checked against the rules in the stub's
   docstring and against minicb's own result on the same calls. A failure names the rule, says what
@@ -26,27 +27,36 @@ from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 
 mine = course.lesson("lesson04_paged_kv")
-TASK_METHODS = {1: ("can_allocate", "allocate"), 2: ("can_append", "append_slots"), 3: ("free",)}
+# Task 1 is the whole allocator. Its checks also grade one pair of methods at a time (the others minicb's), so that
+# a learner who has written allocate sees it graded before append_slots and free are written.
+PART_METHODS = {"allocate": ("can_allocate", "allocate"), "append": ("can_append", "append_slots"), "free": ("free",)}
+WHOLE = "allocator"
 # minicb's methods as imported, for the reference runs: the fixture below makes PagedAllocator's own refuse to run.
 MINICB = type("MinicbPagedAllocator", (), {name: value for name, value in vars(PagedAllocator).items()
                                             if name not in ("__dict__", "__weakref__")})
 
 
-def graded(task: int, allocator: type | None = None) -> type:
-    """`allocator` (yours unless given) with only task `task`'s methods its own: minicb's for the others."""
+def parts_of(part: str) -> tuple[str, ...]:
+    return tuple(PART_METHODS) if part == WHOLE else (part,)
+
+
+def graded(part: str, allocator: type | None = None) -> type:
+    """`allocator` (yours unless given) with only `part`'s methods its own (all of them for WHOLE): minicb's for
+    the others."""
     allocator = allocator or mine.PagedAllocator
-    others = {name: getattr(MINICB, name) for t, names in TASK_METHODS.items() if t != task for name in names}
-    return type(f"{allocator.__name__}Task{task}", (allocator,), others)
+    others = {name: getattr(MINICB, name) for p, names in PART_METHODS.items() if p not in parts_of(part)
+              for name in names}
+    return type(f"{allocator.__name__}{part.title()}", (allocator,), others)
 
 
 @pytest.fixture(autouse=True)
 def graded_methods_do_their_own_work(request, monkeypatch):
-    """While task N is graded, minicb's methods of task N refuse to run, so yours cannot inherit or call
+    """While a part is graded, minicb's methods of that part refuse to run, so yours cannot inherit or call
     them. (The reference is minicb's own class, so it is exempt.)"""
-    task = re.match(r"test_lesson04_task(\d)_", request.node.name)
-    if task is None or mine.PagedAllocator is PagedAllocator:
+    part = re.match(rf"test_lesson04_task1_({'|'.join([*PART_METHODS, WHOLE])})_", request.node.name)
+    if part is None or mine.PagedAllocator is PagedAllocator:
         return
-    for name in TASK_METHODS[int(task.group(1))]:
+    for name in (name for p in parts_of(part.group(1)) for name in PART_METHODS[p]):
         def refuse(*args, name=name, **kwargs):
             raise AssertionError(f"PagedAllocator.{name} must do the work itself, not call or inherit minicb's")
         monkeypatch.setattr(PagedAllocator, name, refuse)
@@ -108,10 +118,10 @@ class State:
 
 class Trial:
     """One random case: the same calls on a BlockManager over the graded allocator and on one over minicb's,
-    in step; after each call, the graded task's rules are checked on yours, then yours must equal minicb's."""
+    in step; after each call, the graded part's rules are checked on yours, then yours must equal minicb's."""
 
-    def __init__(self, task: int, allocator: type, num_blocks: int, block_size: int, num_swap_blocks: int):
-        self.task, self.block_size = task, block_size
+    def __init__(self, part: str, allocator: type, num_blocks: int, block_size: int, num_swap_blocks: int):
+        self.checked, self.block_size = parts_of(part), block_size
         self.yours = BlockManager(num_blocks, block_size, num_swap_blocks=num_swap_blocks, allocator=allocator)
         self.minicb = BlockManager(num_blocks, block_size, num_swap_blocks=num_swap_blocks, allocator=MINICB)
         self.story = [f"a pool of {num_blocks} blocks of {block_size} slots, {num_swap_blocks} swap blocks"]
@@ -196,7 +206,7 @@ class Trial:
 
     def allocate(self, seq: str, num_tokens: int, reserve: int, keep_free: int) -> None:
         question = f"can_allocate({num_tokens}, reserve_tokens={reserve}, keep_free={keep_free})"
-        if self.task == 1:
+        if "allocate" in self.checked:
             fresh = "new"   # a sequence no one holds, so that the copy's allocate asks only about room
             agrees = self.ask(question, "can_allocate", (num_tokens, reserve), "allocate",
                               (fresh, num_tokens, reserve), keep_free)
@@ -207,7 +217,7 @@ class Trial:
         table = self.call(what, self.yours.allocate, seq, num_tokens, reserve)
         reference = self.call(what, self.minicb.allocate, seq, num_tokens, reserve)
         self.story.append(f"{what} -> {shown(table)}")
-        if self.task == 1:
+        if "allocate" in self.checked:
             self.check_allocate(seq, num_tokens, max(num_tokens, reserve), table, before)
             agrees()
         self.must_agree(question, *answers)
@@ -274,7 +284,7 @@ class Trial:
 
     def append(self, seq: str, num_new: int, keep_free: int) -> None:
         question = f"can_append({seq!r}, {num_new}, keep_free={keep_free})"
-        if self.task == 2:
+        if "append" in self.checked:
             agrees = self.ask(question, "can_append", (seq, num_new), "append_slots", (seq, num_new), keep_free)
         answers = (self.yours.can_append(seq, num_new, keep_free), self.minicb.can_append(seq, num_new, keep_free))
         before = State(self.yours.allocator)
@@ -283,7 +293,7 @@ class Trial:
         table = list(table) if isinstance(table, list) else table   # the live table: copy it before comparing
         reference = self.call(what, self.minicb.append_slots, seq, num_new)
         self.story.append(f"{what} -> {shown(table)}")
-        if self.task == 2:
+        if "append" in self.checked:
             self.check_append(seq, num_new, table, before)
             agrees()
         self.must_agree(question, *answers)
@@ -355,9 +365,9 @@ class Trial:
         how = (f"a prefix hit's table is made by allocate({seq!r}, 0), the {num_shared} shared block(s) put in "
                f"front, then append_slots({seq!r}, {num_new}); it came out {table}, minicb's {reference}")
         tokens, size = self.yours.num_tokens[seq], self.block_size
-        if self.task == 1 and len(table) > len(reference):
+        if "allocate" in self.checked and len(table) > len(reference):
             self.broke("the table is the fewest blocks that hold 0 tokens: none", how)
-        if self.task == 2 and len(table) * size < tokens:
+        if "append" in self.checked and len(table) * size < tokens:
             self.broke(f"the table has a slot for each of its {tokens} tokens",
                        f"its {len(table)} blocks of {size} hold {len(table) * size}: {how}")
 
@@ -368,7 +378,7 @@ class Trial:
         shared = {b: before.holders(b, seq) for b in before.tables.get(seq, []) if before.holders(b, seq)}
         self.story.append(f"free({seq!r})" + (f", whose block(s) {sorted(shared)} other tables hold too"
                                               if shared else ""))
-        if self.task == 3:
+        if "free" in self.checked:
             self.check_free(seq, result, before, shared)
 
     def check_free(self, seq: str, result, before: State, shared: dict[int, list[str]]) -> None:
@@ -426,29 +436,29 @@ def still_hold(seq_ids: list[str]) -> str:
     return " and ".join(repr(s) for s in seq_ids) + (" still holds" if len(seq_ids) == 1 else " still hold")
 
 
-def check_contract(task: int, allocator: type, max_examples: int = 200) -> None:
+def check_contract(part: str, allocator: type, max_examples: int = 200) -> None:
     # No explain phase (it reruns each failure many times over) and no example database: a failure is the
     # smallest case found now, the same on every run.
     @settings(max_examples=max_examples, deadline=None, report_multiple_bugs=False, database=None,
               phases=[Phase.explicit, Phase.generate, Phase.shrink], suppress_health_check=[HealthCheck.too_slow])
     @given(pool=POOLS, ops=OPS)
     def random_calls(pool: tuple[int, int, int], ops: list[tuple]) -> None:
-        Trial(task, graded(task, allocator), *pool).run(ops)
+        Trial(part, graded(part, allocator), *pool).run(ops)
     for pool, ops in reversed(FIRST_CASES):
         random_calls = example(pool=pool, ops=ops)(random_calls)
     random_calls()
 
 
 def check_allocate_contract(allocator: type) -> None:
-    check_contract(1, allocator)
+    check_contract("allocate", allocator)
 
 
 def check_append_contract(allocator: type) -> None:
-    check_contract(2, allocator)
+    check_contract("append", allocator)
 
 
 def check_free_contract(allocator: type) -> None:
-    check_contract(3, allocator)
+    check_contract("free", allocator)
 
 
 # --- the outcome: the engine on your methods --------------------------------------------------------
@@ -529,54 +539,69 @@ def serve_with_prefix_caching(allocator_cls: type) -> None:
         "every device block is free (or cached, unheld) once every request is done"
 
 
-# --- task 1: can_allocate, allocate ---------------------------------------------------------------
+# --- task 1, one pair of methods at a time: can_allocate and allocate ------------------------------
 
 def test_lesson04_task1_allocate_and_can_allocate_keep_their_contract_on_random_calls():
     check_allocate_contract(mine.PagedAllocator)
 
 
 @pytest.mark.parametrize("mode", ENGINES)
-def test_lesson04_task1_engine_serves_on_your_allocate(mode):
-    serve_and_check(graded(1), **ENGINES[mode])
+def test_lesson04_task1_allocate_serves_the_engine(mode):
+    serve_and_check(graded("allocate"), **ENGINES[mode])
 
 
-def test_lesson04_task1_engine_with_prefix_caching_serves_as_minicbs():
-    serve_with_prefix_caching(graded(1))
+def test_lesson04_task1_allocate_serves_with_prefix_caching_as_minicbs():
+    serve_with_prefix_caching(graded("allocate"))
 
 
-def test_lesson04_task1_contiguous_reservation_runs_through_your_allocate():
-    bm = BlockManager(10, 4, reservation="contiguous", max_model_len=16, allocator=graded(1))
+def test_lesson04_task1_allocate_runs_contiguous_reservation():
+    bm = BlockManager(10, 4, reservation="contiguous", max_model_len=16, allocator=graded("allocate"))
     table = bm.allocate("x", 1)
     assert len(table) == 4, f"contiguous: the BlockManager passes reserve_tokens=16, so 4 blocks of 4, not {table}"
     assert bm.num_tokens["x"] == 1, "num_tokens records the tokens, not the reserve"
     bm.check_invariants()
 
 
-# --- task 2: can_append, append_slots -------------------------------------------------------------
+# --- task 1: can_append and append_slots ------------------------------------------------------------
 
-def test_lesson04_task2_append_slots_and_can_append_keep_their_contract_on_random_calls():
+def test_lesson04_task1_append_and_can_append_keep_their_contract_on_random_calls():
     check_append_contract(mine.PagedAllocator)
 
 
 @pytest.mark.parametrize("mode", ENGINES)
-def test_lesson04_task2_engine_serves_on_your_append_slots(mode):
-    serve_and_check(graded(2), **ENGINES[mode])
+def test_lesson04_task1_append_serves_the_engine(mode):
+    serve_and_check(graded("append"), **ENGINES[mode])
 
 
-def test_lesson04_task2_engine_with_prefix_caching_serves_as_minicbs():
-    serve_with_prefix_caching(graded(2))
+def test_lesson04_task1_append_serves_with_prefix_caching_as_minicbs():
+    serve_with_prefix_caching(graded("append"))
 
 
-# --- task 3: free --------------------------------------------------------------------------------
+# --- task 1: free -----------------------------------------------------------------------------------
 
-def test_lesson04_task3_free_keeps_its_contract_on_random_calls():
+def test_lesson04_task1_free_keeps_its_contract_on_random_calls():
     check_free_contract(mine.PagedAllocator)
 
 
 @pytest.mark.parametrize("mode", ENGINES)
-def test_lesson04_task3_engine_serves_on_your_free(mode):
-    serve_and_check(graded(3), **ENGINES[mode])
+def test_lesson04_task1_free_serves_the_engine(mode):
+    serve_and_check(graded("free"), **ENGINES[mode])
 
 
-def test_lesson04_task3_engine_with_prefix_caching_serves_as_minicbs():
-    serve_with_prefix_caching(graded(3))
+def test_lesson04_task1_free_serves_with_prefix_caching_as_minicbs():
+    serve_with_prefix_caching(graded("free"))
+
+
+# --- task 1: the whole allocator, every method yours ---------------------------------------------------
+
+def test_lesson04_task1_allocator_keeps_every_contract_on_random_calls():
+    check_contract(WHOLE, mine.PagedAllocator)
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_lesson04_task1_allocator_serves_the_engine(mode):
+    serve_and_check(graded(WHOLE), **ENGINES[mode])
+
+
+def test_lesson04_task1_allocator_serves_with_prefix_caching_as_minicbs():
+    serve_with_prefix_caching(graded(WHOLE))

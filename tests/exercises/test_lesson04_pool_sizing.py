@@ -1,4 +1,4 @@
-"""Lesson 04's design task (task 4), graded on the implementation MINICB_IMPL picks (make test: the solutions).
+"""Lesson 04's design task (task 2), graded on the implementation MINICB_IMPL picks (make test: the solutions).
 
 Your pool serves GRADED_SEEDS' workloads, which neither the notebook nor the practice seeds show, on the engine
 over your lesson's allocator (course.parts(): minicb's methods in place of those still stubs). Rule 4's bar is
@@ -77,17 +77,17 @@ def check_memory(answer: object) -> None:
         f"takes {block_size * num_blocks:,}, {share:.0%} of it: memory the workload never fills serves nobody")
 
 
-def test_lesson04_task4_the_answer_is_a_pool_the_device_holds():
+def test_lesson04_task2_the_answer_is_a_pool_the_device_holds():
     check_pool_is_valid(answer_of(mine.size_kv_pool))
 
 
-def test_lesson04_task4_little_waste_on_unseen_workloads():
+def test_lesson04_task2_little_waste_on_unseen_workloads():
     check_little_waste(answer_of(mine.size_kv_pool))
 
 
-def test_lesson04_task4_few_preemptions_on_unseen_workloads():
+def test_lesson04_task2_few_preemptions_on_unseen_workloads():
     check_few_preemptions(answer_of(mine.size_kv_pool))
 
 
-def test_lesson04_task4_no_more_memory_than_the_workload_needs():
+def test_lesson04_task2_no_more_memory_than_the_workload_needs():
     check_memory(answer_of(mine.size_kv_pool))

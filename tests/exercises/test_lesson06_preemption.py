@@ -61,7 +61,7 @@ def choose_victim_contract(choose):
     return contract_test(choose, check_choose_victim, 120, running=running_views())
 
 
-test_lesson06_task1_the_contract_on_random_cases = choose_victim_contract(lambda: mine.choose_victim)
+test_lesson06_task1_the_victims_contract_on_random_cases = choose_victim_contract(lambda: mine.choose_victim)
 
 
 class Recording:
@@ -91,7 +91,7 @@ def check_choose_victim_in_the_engine(choose) -> None:
             f"{recording.answers}")
 
 
-def test_lesson06_task1_the_engine_runs_yours_under_pressure():
+def test_lesson06_task1_the_engine_runs_your_victims_under_pressure():
     check_choose_victim_in_the_engine(mine.choose_victim)
 
 
@@ -141,18 +141,18 @@ def should_swap_contract(decide):
     return example(victim=RequestView("v", 0, 0.0, 0, 30, 0, 0, 9), mode="auto", cost=COST)(contract)
 
 
-test_lesson06_task2_the_contract_on_random_cases = should_swap_contract(lambda: mine.should_swap)
+test_lesson06_task1_the_swap_choices_contract_on_random_cases = should_swap_contract(lambda: mine.should_swap)
 
 
 @pytest.mark.parametrize("tokens,swap", [(1, False), (49, False), (50, False), (51, True), (4000, True)])
-def test_lesson06_task2_auto_swaps_when_strictly_cheaper(tokens, swap):
+def test_lesson06_task1_auto_swaps_when_strictly_cheaper(tokens, swap):
     victim = RequestView("v", 0, 0.0, 0, tokens, 1, tokens, 8)
     check_should_swap(mine.should_swap, victim, "auto", COST)
 
 
 @pytest.mark.parametrize("cost,swapping", [(PreemptionCost(1.0, 0, 0, 0, 0), True),    # recompute dear: swap
                                            (PreemptionCost(0, 0, 0, 1.0, 0), False)])  # swap dear: recompute
-def test_lesson06_task2_the_engine_follows_your_choice(cost, swapping):
+def test_lesson06_task1_the_engine_follows_your_swap_choice(cost, swapping):
     fcfs = [(n, m, 0) for n, m, _ in PRESSURE]
     yours, _ = run_both(EngineParts(should_swap=mine.should_swap), fcfs, max_num_seqs=6, num_blocks=10,
                         block_size=4, max_model_len=40, preemption_mode="auto", preemption_cost=cost,
@@ -162,7 +162,7 @@ def test_lesson06_task2_the_engine_follows_your_choice(cost, swapping):
         f"'auto' should {'swap' if swapping else 'recompute'} every victim with these costs")
 
 
-def test_lesson06_task2_the_engine_follows_your_choice_without_a_cost_model():
+def test_lesson06_task1_the_engine_follows_your_swap_choice_without_a_cost_model():
     """Under "swap" the engine has no cost model to give (under "recompute" it keeps no swap pool, and never asks)."""
     fcfs = [(n, m, 0) for n, m, _ in PRESSURE]
     yours, _ = run_both(EngineParts(should_swap=mine.should_swap), fcfs, max_num_seqs=6, num_blocks=10,
@@ -182,5 +182,5 @@ def check_lowers_mean_latency(policy, seeds: tuple[int, ...] = GRADED_SEEDS) -> 
         f"{share:.1%} of it on the {len(seeds)} graded workloads ({per_seed})")
 
 
-def test_lesson06_task3_your_policy_lowers_the_mean_latency():
+def test_lesson06_task2_your_policy_lowers_the_mean_latency():
     check_lowers_mean_latency(mine.choose_victim_for_latency)

@@ -44,7 +44,7 @@ def shown(token_ids, limit: int = 12) -> str:
     return str(list(token_ids)) if len(token_ids) <= limit else f"[{', '.join(map(str, token_ids[:limit]))}, ...]"
 
 
-# --- task 1: block_hashes ---------------------------------------------------------------------------------
+# --- task 1, block_hashes ---------------------------------------------------------------------------------
 
 ids = st.lists(st.integers(0, 2**32 - 1), max_size=40)
 small_alphabet = st.lists(st.integers(0, 2), max_size=12)   # equal blocks are frequent, so collisions show
@@ -156,7 +156,7 @@ def test_lesson10_task1_the_names_are_minicbs_format():
     check_format(mine.block_hashes)
 
 
-# --- task 2: longest_cached_prefix ------------------------------------------------------------------------
+# --- task 1, longest_cached_prefix ------------------------------------------------------------------------
 
 NAMES = [hashlib.sha256(f"block {k}".encode()).digest() for k in range(10)]
 FOREIGN = [hashlib.sha256(f"another prompt's block {k}".encode()).digest() for k in range(3)]
@@ -218,19 +218,19 @@ def check_read_only(fn) -> None:
     assert got == 2, f"rule 2: blocks 0 and 1 of 3 are cached (in a read-only mapping): 2, not {got!r}"
 
 
-def test_lesson10_task2_the_hit_is_the_leading_run_of_cached_blocks():
+def test_lesson10_task1_the_hit_is_the_leading_run_of_cached_blocks():
     check_lookup(mine.longest_cached_prefix)
 
 
-def test_lesson10_task2_a_block_cached_as_block_0_is_cached():
+def test_lesson10_task1_a_block_cached_as_block_0_is_cached():
     check_block_zero(mine.longest_cached_prefix)
 
 
-def test_lesson10_task2_the_cache_is_only_read():
+def test_lesson10_task1_the_cache_is_only_read():
     check_read_only(mine.longest_cached_prefix)
 
 
-# --- tasks 1 and 2 in the engine, against minicb's parts --------------------------------------------------
+# --- task 1 in the engine, against minicb's parts --------------------------------------------------
 
 BASE = [(53 * i) % 300 + 5 for i in range(23)]
 # Prefixes ending inside a block, at a block's edge and several blocks in (block_size 4), each with a few
@@ -287,7 +287,7 @@ def test_lesson10_task1_the_engine_caches_under_your_names(engine):
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_lesson10_task2_the_engine_looks_up_with_yours(engine):
+def test_lesson10_task1_the_engine_looks_up_with_yours(engine):
     check_engine(EngineParts(longest_cached_prefix=mine.longest_cached_prefix), engine)
 
 
@@ -318,11 +318,11 @@ def test_lesson10_task1_bard_generates_the_same_on_your_names():
     check_bard(EngineParts(block_hashes=mine.block_hashes))
 
 
-def test_lesson10_task2_bard_generates_the_same_on_your_lookup():
+def test_lesson10_task1_bard_generates_the_same_on_your_lookup():
     check_bard(EngineParts(longest_cached_prefix=mine.longest_cached_prefix))
 
 
-# --- task 3: choose_eviction ------------------------------------------------------------------------------
+# --- task 2: choose_eviction ------------------------------------------------------------------------------
 
 def candidates_strategy() -> st.SearchStrategy[tuple[CachedBlock, ...]]:
     """Cached blocks no table holds, least recently used first (last_used rising), as the pool offers them."""
@@ -383,9 +383,9 @@ def check_eviction_beats_lru(fn) -> None:
     beats()
 
 
-def test_lesson10_task3_the_policy_evicts_one_of_the_candidates():
+def test_lesson10_task2_the_policy_evicts_one_of_the_candidates():
     check_eviction_contract(mine.choose_eviction)
 
 
-def test_lesson10_task3_the_policy_beats_lru_on_hot_and_cold_prologues():
+def test_lesson10_task2_the_policy_beats_lru_on_hot_and_cold_prologues():
     check_eviction_beats_lru(mine.choose_eviction)

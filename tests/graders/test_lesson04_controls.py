@@ -6,10 +6,10 @@ import pytest
 
 from minicb.block_manager import NoFreeBlocks, PagedAllocator, blocks_for
 
-from test_lesson04_paged_kv import (ENGINES, check_allocate_contract, check_append_contract,
+from test_lesson04_paged_kv import (ENGINES, WHOLE, check_allocate_contract, check_append_contract, check_contract,
                                     check_free_contract, graded, serve_and_check, serve_with_prefix_caching)
 
-# --- task 1: can_allocate, allocate ---------------------------------------------------------------
+# --- task 1, can_allocate and allocate ---------------------------------------------------------------
 
 
 class IgnoresKeepFree(PagedAllocator):
@@ -71,12 +71,12 @@ class TakesUntilTheFreeListRunsOut(PagedAllocator):
     (ABlockForAnEmptySequence, "the table is the fewest blocks that hold 0 tokens"),
     (TakesUntilTheFreeListRunsOut, "a refused allocate changes nothing"),
 ])
-def test_task1_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+def test_allocate_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):
         check_allocate_contract(mistake)
 
 
-# --- task 2: can_append, append_slots -------------------------------------------------------------
+# --- task 1, can_append and append_slots -------------------------------------------------------------
 
 
 class AppendsBeforeFull(PagedAllocator):
@@ -131,12 +131,12 @@ class OneBlockPerCall(PagedAllocator):
     (CountsTheReserveAsCredit, "can_append is True exactly when append_slots would succeed and leave keep_free=1"),
     (OneBlockPerCall, "the table has a slot for each of its"),
 ])
-def test_task2_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+def test_append_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):
         check_append_contract(mistake)
 
 
-# --- task 3: free --------------------------------------------------------------------------------
+# --- task 1, free --------------------------------------------------------------------------------
 
 
 class ReturnsSharedBlocks(PagedAllocator):
@@ -184,24 +184,36 @@ class GivesBackInReverse(PagedAllocator):
     (GivesBackInReverse, "free puts each block no one holds any more back on the right of free_blocks, in table "
                          "order"),
 ])
-def test_task3_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
+def test_free_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):
         check_free_contract(mistake)
+
+
+# --- the whole allocator's check fails each part's mistake, by the same rule -----------------------------
+
+@pytest.mark.parametrize("mistake,rule", [
+    (TakesFromTheRight, "its blocks are the ones at the left of free_blocks"),
+    (CanAppendForgetsTheRoomLeft, "can_append is True exactly when append_slots would succeed"),
+    (ReturnsSharedBlocks, "free gives a block back only when no sequence holds it any more"),
+])
+def test_the_whole_allocator_contract_fails_each_parts_mistake_by_its_rule(mistake, rule):
+    with pytest.raises(AssertionError, match=rule):
+        check_contract(WHOLE, mistake)
 
 
 # --- the engine checks ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mistake,task,rule", [
-    (ReturnsSharedBlocks, 3, "returned twice: it is in the prefix cache's LRU while '.' still holds it"),
-    (ZeroesTheCount, 3, r"returned twice: it is in the prefix cache's LRU while '.' still holds it \(ref count 0\)"),
-    (AppendsBeforeFull, 2, "the engine runs on your methods without an error: at step \\d+ it raised NoFreeBlocks"),
+@pytest.mark.parametrize("mistake,part,rule", [
+    (ReturnsSharedBlocks, "free", "returned twice: it is in the prefix cache's LRU while '.' still holds it"),
+    (ZeroesTheCount, "free", r"returned twice: it is in the prefix cache's LRU while '.' still holds it \(ref count 0\)"),
+    (AppendsBeforeFull, "append", "the engine runs on your methods without an error: at step \\d+ it raised NoFreeBlocks"),
 ])
-def test_the_engine_with_prefix_caching_fails_a_mistake_by_what_it_did(mistake, task, rule):
+def test_the_engine_with_prefix_caching_fails_a_mistake_by_what_it_did(mistake, part, rule):
     with pytest.raises(AssertionError, match=rule):
-        serve_with_prefix_caching(graded(task, mistake))
+        serve_with_prefix_caching(graded(part, mistake))
 
 
 def test_the_engine_with_swapping_fails_a_free_that_forgets_the_swap_pool():
     with pytest.raises(AssertionError, match="does free give a swapped sequence's CPU blocks back"):
-        serve_and_check(graded(3, ForgetsTheSwapPool), **ENGINES["swap"])
+        serve_and_check(graded("free", ForgetsTheSwapPool), **ENGINES["swap"])

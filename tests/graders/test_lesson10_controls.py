@@ -18,7 +18,7 @@ from minicb.prefix_cache import block_hashes, least_recently_used, longest_cache
 reference_eviction = course.lesson("lesson10_prefix_cache", "solutions").choose_eviction
 
 
-# --- task 1: block_hashes ---------------------------------------------------------------------------------
+# --- task 1, block_hashes ---------------------------------------------------------------------------------
 
 def names_each_block_alone(token_ids, block_size, parent=None):
     """Names a block by its own ids: equal blocks after different prefixes collide."""
@@ -48,7 +48,7 @@ def hex_names(token_ids, block_size, parent=None):
     return [h.hex().encode() for h in block_hashes(token_ids, block_size, parent)]
 
 
-# --- task 2: longest_cached_prefix ------------------------------------------------------------------------
+# --- task 1, longest_cached_prefix ------------------------------------------------------------------------
 
 def counts_every_cached_hash(hashes, cached):
     """Counts the cached names, those after a missing one included."""
@@ -73,7 +73,7 @@ def pops_what_it_finds(hashes, cached):
     return n
 
 
-# --- task 3: choose_eviction ------------------------------------------------------------------------------
+# --- task 2: choose_eviction ------------------------------------------------------------------------------
 
 def returns_the_index(candidates):
     """Returns where the chosen block is among the candidates, not the block."""

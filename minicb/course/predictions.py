@@ -94,6 +94,9 @@ PREDICTIONS: dict[str, Prediction] = {
     "01.static_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
     "01.uniform_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
     "01.padding_share": Prediction({"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
+    "02.six_requests_steps": Prediction({"a": 24, "b": 34, "c": 48}, unit="steps"),
+    "02.natural_steps": Prediction({"a": 330, "b": 205, "c": 95}, unit="steps"),
+    "02.heavy_step_gain": Prediction({"a": 1.2, "b": 2.5, "c": 10}, unit="×", log=True),
 }
 
 

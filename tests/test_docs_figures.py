@@ -142,6 +142,8 @@ FIGURES = [
     Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "def top2_gaps",
            "{differ} of {n} requests differ from their solo run ({tokens} greedy tokens compared)"),
     Figure(L03, "**(b)**: roughly {x}×", L03, "at batch 32 the flat step is", "the flat step is {x}x faster"),
+    Figure(L03, "most logits differ ({pct}% of them in the run stored here)", L03, "together16 = runner.logits",
+           "logits that differ: {pct}% of"),
     # lesson 04
     Figure(L04, "**(c)**: {cu}%, against {pu}% with paging", L04, "def kv_run",
            "contiguous {cs} {cmax} {cmean} {cu}% paged {ps} {pmax} {pmean} {pu}%"),

@@ -97,6 +97,9 @@ PREDICTIONS: dict[str, Prediction] = {
     "02.six_requests_steps": Prediction({"a": 24, "b": 34, "c": 48}, unit="steps"),
     "02.natural_steps": Prediction({"a": 330, "b": 205, "c": 95}, unit="steps"),
     "02.heavy_step_gain": Prediction({"a": 1.2, "b": 2.5, "c": 10}, unit="×", log=True),
+    "03.z_slots": Prediction({"a": "[94, 95, 96]", "b": "[94, 95, 144]", "c": "[14, 15, 16]"}),
+    "03.bitwise_drift": Prediction({"a": "exactly 0", "b": "around 1e-5", "c": "around 0.1"}),
+    "03.greedy_differ": Prediction({"a": "none", "b": "2 to 5", "c": "most of them"}),
 }
 
 

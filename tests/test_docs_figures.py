@@ -31,6 +31,7 @@ NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 L00, L01, L02, L03, L04 = (f"notebooks/{n}.ipynb" for n in (
     "00_setup_and_model", "01_static_batching", "02_continuous_batching", "03_selective_batching",
     "04_paged_kv_cache"))
+L05 = "notebooks/05_triton_attention.ipynb"
 L06, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
     "06_preemption", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
 BENCH = "bench/README.md"
@@ -152,6 +153,9 @@ FIGURES = [
            "paged {ps} {pmax} {pmean} {pu}%"),
     Figure(L04, "**(a)**: {pre}. The pool did fill up ({used} of {n} blocks in use at the peak)", L04,
            "check_kv_invariants=True)   # the pool checked", "most blocks in use: {used} of {n} preemptions: {pre}"),
+    # lesson 05
+    Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
+           "one call over the batch is {x}x faster"),
     # lesson 06
     Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
            TAIL_SHOWN),

@@ -100,6 +100,9 @@ PREDICTIONS: dict[str, Prediction] = {
     "03.z_slots": Prediction({"a": "[94, 95, 96]", "b": "[94, 95, 144]", "c": "[14, 15, 16]"}),
     "03.bitwise_drift": Prediction({"a": "exactly 0", "b": "around 1e-5", "c": "around 0.1"}),
     "03.greedy_differ": Prediction({"a": "none", "b": "2 to 5", "c": "most of them"}),
+    "05.loop_speedup": Prediction({"a": 1, "b": 3, "c": 30}, unit="×", log=True),
+    "05.tiles_computed": Prediction({"a": 6, "b": 9, "c": 11}, unit="tiles"),
+    "05.rescales": Prediction({"a": "never", "b": "at one of the two later tiles", "c": "at both"}),
 }
 
 

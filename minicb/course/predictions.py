@@ -103,6 +103,10 @@ PREDICTIONS: dict[str, Prediction] = {
     "05.loop_speedup": Prediction({"a": 1, "b": 3, "c": 30}, unit="×", log=True),
     "05.tiles_computed": Prediction({"a": 6, "b": 9, "c": 11}, unit="tiles"),
     "05.rescales": Prediction({"a": "never", "b": "at one of the two later tiles", "c": "at both"}),
+    "08.latency_tail": Prediction({"a": 1.5, "b": 5, "c": 15}, unit="×", log=True),
+    "08.chat_gain": Prediction({"a": 1.0, "b": 1.5, "c": 5}, unit="×", log=True),
+    "08.goodput_peak": Prediction({"a": "50, the highest rate", "b": "40, just before the knee",
+                                   "c": "30 or below, well before the knee"}),
 }
 
 

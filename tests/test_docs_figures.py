@@ -31,7 +31,7 @@ NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 L00, L01, L02, L03, L04 = (f"notebooks/{n}.ipynb" for n in (
     "00_setup_and_model", "01_static_batching", "02_continuous_batching", "03_selective_batching",
     "04_paged_kv_cache"))
-L05 = "notebooks/05_triton_attention.ipynb"
+L05, L09 = "notebooks/05_triton_attention.ipynb", "notebooks/09_serving.ipynb"
 L06, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
     "06_preemption", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
 BENCH = "bench/README.md"
@@ -222,6 +222,14 @@ FIGURES = [
     Figure(L08, "took {hf} s against {padded} s for padded `generate`. HF's manager takes the same {steps} steps as "
            "minicb", L08, "runs = {", "HF continuous batching {hf} s {steps} steps, … HF generate, padded static "
            "{padded} s"),
+    # lesson 09
+    Figure(L09, "**(b)**: B sent {after} of its {n} pieces after A's stream ended", L09, "a_done = events.index",
+           "B sent {after} of its {n} pieces after A's stream ended"),
+    Figure(L09, "from 48 to 144 requests per second it grew {ttft}× in the run stored here, output tokens per second "
+           "{tok}×", L09, "at_48, at_144 =", "output tok/s grew {tok}x, p99 TTFT {ttft}x"),
+    Figure(L09, "**(b)**: aborted by the server: {n}; requests running: {running}; KV cache in use: {kv}%", L09,
+           "aborted_before = server_state()", "aborted by the server: {n}; requests running: {running}; KV cache in "
+           "use: {kv}%"),
     # lesson 10
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),

@@ -107,6 +107,11 @@ PREDICTIONS: dict[str, Prediction] = {
     "08.chat_gain": Prediction({"a": 1.0, "b": 1.5, "c": 5}, unit="×", log=True),
     "08.goodput_peak": Prediction({"a": "50, the highest rate", "b": "40, just before the knee",
                                    "c": "30 or below, well before the knee"}),
+    "09.short_stream": Prediction({"a": "with B's, when the batch is done", "b": "after its own 8 tokens, while B goes on",
+                                   "c": "only after B"}),
+    "09.knee": Prediction({"a": "output tokens per second", "b": "p99 TTFT"}),
+    "09.hang_up": Prediction({"a": "its 400 tokens are generated anyway", "b": "aborted, its KV blocks free",
+                              "c": "aborted, its KV blocks still in use"}),
 }
 
 

@@ -35,7 +35,7 @@ class Prediction:
     # multiple choice: letter -> the value it stands for; or, where every option is words, the kind of outcome it
     # names (a categorical prediction: the cell measures which letter happened, or the words of its option)
     options: dict[str, float | str] = field(default_factory=dict)
-    unit: str = ""            # how a value prints: "%" (a fraction shown in percent), "×" (a ratio), or a word after it
+    unit: str = ""            # how a value prints: "%" (a fraction in percent), "×" (a ratio), or a word after it
     tolerance: float = 0.25   # a number is right within this share of the measured value, either way
     log: bool = False         # options a factor apart (1×, 3×, 30×): nearest on a log scale, as the options are read
 
@@ -107,8 +107,8 @@ PREDICTIONS: dict[str, Prediction] = {
     "08.chat_gain": Prediction({"a": 1.0, "b": 1.5, "c": 5}, unit="×", log=True),
     "08.goodput_peak": Prediction({"a": "50, the highest rate", "b": "40, just before the knee",
                                    "c": "30 or below, well before the knee"}),
-    "09.short_stream": Prediction({"a": "with B's, when the batch is done", "b": "after its own 8 tokens, while B goes on",
-                                   "c": "only after B"}),
+    "09.short_stream": Prediction({"a": "with B's, when the batch is done",
+                                   "b": "after its own 8 tokens, while B goes on", "c": "only after B"}),
     "09.knee": Prediction({"a": "output tokens per second", "b": "p99 TTFT"}),
     "09.hang_up": Prediction({"a": "its 400 tokens are generated anyway", "b": "aborted, its KV blocks free",
                               "c": "aborted, its KV blocks still in use"}),

@@ -31,6 +31,7 @@ NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 L00, L01, L02, L03, L04 = (f"notebooks/{n}.ipynb" for n in (
     "00_setup_and_model", "01_static_batching", "02_continuous_batching", "03_selective_batching",
     "04_paged_kv_cache"))
+L05, L09 = "notebooks/05_triton_attention.ipynb", "notebooks/09_serving.ipynb"
 L06, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
     "06_preemption", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
 BENCH = "bench/README.md"
@@ -142,6 +143,8 @@ FIGURES = [
     Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "def top2_gaps",
            "{differ} of {n} requests differ from their solo run ({tokens} greedy tokens compared)"),
     Figure(L03, "**(b)**: roughly {x}×", L03, "at batch 32 the flat step is", "the flat step is {x}x faster"),
+    Figure(L03, "most logits differ ({pct}% of them in the run stored here)", L03, "together16 = runner.logits",
+           "logits that differ: {pct}% of"),
     # lesson 04
     Figure(L04, "**(c)**: {cu}%, against {pu}% with paging", L04, "def kv_run",
            "contiguous {cs} {cmax} {cmean} {cu}% paged {ps} {pmax} {pmean} {pu}%"),
@@ -150,6 +153,9 @@ FIGURES = [
            "paged {ps} {pmax} {pmean} {pu}%"),
     Figure(L04, "**(a)**: {pre}. The pool did fill up ({used} of {n} blocks in use at the peak)", L04,
            "check_kv_invariants=True)   # the pool checked", "most blocks in use: {used} of {n} preemptions: {pre}"),
+    # lesson 05
+    Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
+           "one call over the batch is {x}x faster"),
     # lesson 06
     Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
            TAIL_SHOWN),
@@ -216,6 +222,14 @@ FIGURES = [
     Figure(L08, "took {hf} s against {padded} s for padded `generate`. HF's manager takes the same {steps} steps as "
            "minicb", L08, "runs = {", "HF continuous batching {hf} s {steps} steps, … HF generate, padded static "
            "{padded} s"),
+    # lesson 09
+    Figure(L09, "**(b)**: B sent {after} of its {n} pieces after A's stream ended", L09, "a_done = events.index",
+           "B sent {after} of its {n} pieces after A's stream ended"),
+    Figure(L09, "from 48 to 144 requests per second it grew {ttft}× in the run stored here, output tokens per second "
+           "{tok}×", L09, "at_48, at_144 =", "output tok/s grew {tok}x, p99 TTFT {ttft}x"),
+    Figure(L09, "**(b)**: aborted by the server: {n}; requests running: {running}; KV cache in use: {kv}%", L09,
+           "aborted_before = server_state()", "aborted by the server: {n}; requests running: {running}; KV cache in "
+           "use: {kv}%"),
     # lesson 10
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),

@@ -3,6 +3,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from minicb.course import predictions
@@ -54,6 +55,32 @@ def test_a_number_is_right_within_its_band_either_way():
     assert p.judge(30, 24) and p.judge(18, 24) and not p.judge(31, 24) and not p.judge(17, 24)
 
 
+def test_options_a_factor_apart_are_judged_on_a_log_scale():
+    p = Prediction({"a": 1.0, "b": 3.0, "c": 30.0}, unit="×", log=True)
+    assert p.judge("b", 2.0) and p.judge("b", 9.0) and p.judge("c", 10.0) and p.judge("a", 0.0)   # 10 is 3x from 30
+    assert not Prediction({"a": 1.0, "b": 3.0, "c": 30.0}).judge("c", 10.0)   # linearly, 10 is nearer 3
+    assert p.describe("c") == "(c) about 30×" and p.format(2.46) == "2.5×" and p.format(17.33) == "17×"
+
+
+def test_a_categorical_answer_is_right_when_it_is_the_letter_measured():
+    p = Prediction({"a": "exactly 0", "b": "[94, 95, 144]", "c": "most of them"})
+    assert p.categorical and not Prediction({"a": 0.5}).categorical
+    assert p.judge("b", "b") and not p.judge("a", "b")
+    assert p.judge("b", "[94, 95, 144]") and not p.judge("c", "[94, 95, 144]")   # the option's words name it too
+    assert p.describe("b") == "(b) [94, 95, 144]"
+    with pytest.raises(ValueError, match="none of the options"):
+        p.judge("a", "[1, 2, 3]")
+
+
+def test_a_categorical_reveal_shows_and_keeps_the_letter_of_what_happened(store, capsys, monkeypatch):
+    monkeypatch.setitem(PREDICTIONS, "99.kind", Prediction({"a": "with B's", "b": "after its own tokens"}))
+    predict("99.kind", "a")
+    assert "Recorded: (a) with B's" in capsys.readouterr().out
+    assert reveal("99.kind", "after its own tokens") is False
+    assert "You said (a) with B's; measured (b) after its own tokens: not this time." in capsys.readouterr().out
+    assert json.loads(store.read_text())["99.kind"] == {"answer": "a", "measured": "b", "right": False}
+
+
 def test_a_prediction_and_its_reveal_are_kept_and_counted(store, capsys):
     predict("01.static_utilization", "c")
     assert "Recorded: (c) about 30%" in capsys.readouterr().out
@@ -64,7 +91,10 @@ def test_a_prediction_and_its_reveal_are_kept_and_counted(store, capsys):
     assert "not this time" in capsys.readouterr().out
     records = json.loads(store.read_text())
     assert records["01.static_utilization"] == {"answer": "c", "measured": 0.28, "right": True}
-    assert lesson_counts(records)[1] == (3, 2, 1)
+    predict("01.padding_share", "c")
+    assert reveal("01.padding_share", np.float32(0.5)) is True   # a numpy scalar is stored as a number
+    assert json.loads(store.read_text())["01.padding_share"]["measured"] == 0.5
+    assert lesson_counts(json.loads(store.read_text()))[1] == (3, 3, 2)
 
 
 def test_no_prediction_is_said_and_nothing_recorded(store, capsys):

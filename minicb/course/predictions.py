@@ -5,6 +5,8 @@ A lesson's "Predict, then run" prompt is followed by a cell that records the lea
 `course.reveal("01.static_utilization", measured)`, which prints "you said (c) about 30%; measured 28%: right".
 A multiple-choice answer is right when its option is the one nearest the measured value (so the verdict
 follows the measurement on any machine or model); a number, when it falls within the prediction's band.
+Where the outcome is a kind, not a number ("A's stream ends first"), the options are words and the measuring
+cell says which one happened: the answer is right when it is that letter.
 Either way the lesson's answer, with its reason, follows: in the workspace (minicb.course.workspace) it
 stays folded away until a prediction is recorded, and reveal shows it then.
 
@@ -30,23 +32,50 @@ WORKSPACE = "workspace"   # the learner's copies of the lessons, beside notebook
 @dataclass(frozen=True)
 class Prediction:
     """One Predict prompt (its words are the lesson's): how an answer prints and when it counts as right."""
-    options: dict[str, float] = field(default_factory=dict)   # multiple choice: letter -> the value it stands for
-    unit: str = ""            # how a value prints: "%" (a fraction shown in percent), or a word after a number
+    # multiple choice: letter -> the value it stands for; or, where every option is words, the kind of outcome it
+    # names (a categorical prediction: the cell measures which letter happened, or the words of its option)
+    options: dict[str, float | str] = field(default_factory=dict)
+    unit: str = ""            # how a value prints: "%" (a fraction in percent), "×" (a ratio), or a word after it
     tolerance: float = 0.25   # a number is right within this share of the measured value, either way
+    log: bool = False         # options a factor apart (1×, 3×, 30×): nearest on a log scale, as the options are read
+
+    @property
+    def categorical(self) -> bool:
+        return bool(self.options) and all(isinstance(value, str) for value in self.options.values())
 
     def describe(self, value: float | str) -> str:
         if isinstance(value, str):
-            return f"({value}) about {self.format(self.options[value])}"
+            option = self.options[value]
+            return f"({value}) {option}" if isinstance(option, str) else f"({value}) about {self.format(option)}"
         return self.format(value)
 
     def format(self, value: float) -> str:
         if self.unit == "%":
             return f"{value:.0%}"
+        if self.unit == "×":
+            return f"{value:.2g}×" if abs(value) < 100 else f"{value:.0f}×"
         return f"{value:g} {self.unit}".strip()
 
-    def judge(self, answer: float | str, measured: float) -> bool:
+    def outcome(self, measured: object) -> str:
+        """The letter a categorical measurement is: given as the letter, or as its option's words."""
+        if isinstance(measured, str) and measured in self.options:
+            return measured
+        named = [letter for letter, words in self.options.items() if words == measured]
+        if not named:
+            raise ValueError(f"the measured outcome {measured!r} is none of the options "
+                             f"{', '.join(f'({k}) {v}' for k, v in self.options.items())}")
+        return named[0]
+
+    def judge(self, answer: float | str, measured: float | str) -> bool:
+        if self.categorical:
+            return answer == self.outcome(measured)
         if self.options:
-            return answer == min(self.options, key=lambda letter: abs(self.options[letter] - measured))
+            def distance(letter: str) -> float:
+                value = self.options[letter]
+                if self.log:   # a measured 0 or less is nearest the smallest option
+                    return abs(math.log(value) - math.log(max(measured, 1e-300)))
+                return abs(value - measured)
+            return answer == min(self.options, key=distance)
         return abs(float(answer) - measured) <= self.tolerance * abs(measured)
 
     def check_answer(self, key: str, answer: object) -> float | str:
@@ -65,6 +94,24 @@ PREDICTIONS: dict[str, Prediction] = {
     "01.static_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
     "01.uniform_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
     "01.padding_share": Prediction({"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
+    "02.six_requests_steps": Prediction({"a": 24, "b": 34, "c": 48}, unit="steps"),
+    "02.natural_steps": Prediction({"a": 330, "b": 205, "c": 95}, unit="steps"),
+    "02.heavy_step_gain": Prediction({"a": 1.2, "b": 2.5, "c": 10}, unit="×", log=True),
+    "03.z_slots": Prediction({"a": "[94, 95, 96]", "b": "[94, 95, 144]", "c": "[14, 15, 16]"}),
+    "03.bitwise_drift": Prediction({"a": "exactly 0", "b": "around 1e-5", "c": "around 0.1"}),
+    "03.greedy_differ": Prediction({"a": "none", "b": "2 to 5", "c": "most of them"}),
+    "05.loop_speedup": Prediction({"a": 1, "b": 3, "c": 30}, unit="×", log=True),
+    "05.tiles_computed": Prediction({"a": 6, "b": 9, "c": 11}, unit="tiles"),
+    "05.rescales": Prediction({"a": "never", "b": "at one of the two later tiles", "c": "at both"}),
+    "08.latency_tail": Prediction({"a": 1.5, "b": 5, "c": 15}, unit="×", log=True),
+    "08.chat_gain": Prediction({"a": 1.0, "b": 1.5, "c": 5}, unit="×", log=True),
+    "08.goodput_peak": Prediction({"a": "50, the highest rate", "b": "40, just before the knee",
+                                   "c": "30 or below, well before the knee"}),
+    "09.short_stream": Prediction({"a": "with B's, when the batch is done",
+                                   "b": "after its own 8 tokens, while B goes on", "c": "only after B"}),
+    "09.knee": Prediction({"a": "output tokens per second", "b": "p99 TTFT"}),
+    "09.hang_up": Prediction({"a": "its 400 tokens are generated anyway", "b": "aborted, its KV blocks free",
+                              "c": "aborted, its KV blocks still in use"}),
 }
 
 
@@ -120,12 +167,18 @@ def predict(key: str, answer: object = ...) -> None:
     print(f"Recorded: {prediction.describe(records[key]['answer'])}. Now run the next cell.")
 
 
-def reveal(key: str, measured: float) -> bool | None:
-    """Your prediction beside the measured value, and whether it held (None: you made none)."""
+def reveal(key: str, measured: float | str) -> bool | None:
+    """Your prediction beside the measured value (for a categorical one, the letter of what happened, or its
+    option's words), and whether it held (None: you made none)."""
     prediction = spec(key)
+    if hasattr(measured, "item"):   # a numpy or torch scalar: kept as the Python number, which JSON can store
+        measured = measured.item()
+    if prediction.categorical:   # kept and shown as the letter of what happened
+        measured = prediction.outcome(measured)
+    shown = prediction.describe(measured) if prediction.categorical else prediction.format(measured)
     records = load()
     if key not in records:
-        print(f"Measured: {prediction.format(measured)}. You made no prediction for this one: next time, answer the "
+        print(f"Measured: {shown}. You made no prediction for this one: next time, answer the "
               f"course.predict cell under the prompt first.")
         return None
     answer = records[key]["answer"]
@@ -135,7 +188,7 @@ def reveal(key: str, measured: float) -> bool | None:
     verdict = "right" if right else "not this time"
     if not prediction.options:
         verdict += f" (within {prediction.tolerance:.0%} counts)"
-    print(f"You said {prediction.describe(answer)}; measured {prediction.format(measured)}: {verdict}.")
+    print(f"You said {prediction.describe(answer)}; measured {shown}: {verdict}.")
     if in_workspace():   # the answer cell was folded away from this copy: it comes now, with its reason
         from IPython.display import Markdown, display
         display(Markdown(answer_text(key)))

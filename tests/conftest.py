@@ -48,6 +48,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    # A design task that passes says by how much (its test's record_property("margin", ...)), so that a
+    # learner sees whether a design met its target with room to spare or by a hair.
+    margins = [(report.nodeid.split("::")[-1], value) for report in terminalreporter.stats.get("passed", [])
+               if report.when == "call" for name, value in report.user_properties if name == "margin"]
+    if margins:
+        terminalreporter.section("design tasks: how far within their targets")
+        for test, margin in margins:
+            terminalreporter.write_line(f"{test}: {margin}")
     counts = RELIABILITY_COUNTS
     if counts["schedules"] or counts["failing_runs"]:
         terminalreporter.write_line(

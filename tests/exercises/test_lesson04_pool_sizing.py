@@ -43,16 +43,17 @@ def check_pool_is_valid(answer: object) -> tuple[int, int]:
     return answer
 
 
-def check_little_waste(answer: object) -> None:
+def check_little_waste(answer: object) -> float:
     block_size, _ = check_pool_is_valid(answer)
     waste = total_waste([graded_run(answer, seed) for seed in GRADED_SEEDS])
     assert waste <= MAX_WASTE, (
         f"rule 2: at most {MAX_WASTE:.0%} of the slots the sequences hold may hold no token; with blocks of "
         f"{block_size} tokens, {waste:.0%} of them held none over the {len(GRADED_SEEDS)} unseen workloads "
         "(internal fragmentation: the unfilled end of each sequence's last block)")
+    return waste
 
 
-def check_few_preemptions(answer: object) -> None:
+def check_few_preemptions(answer: object) -> float:
     """The runs stop once the preemptions already break the rule: the rest cannot bring it back."""
     block_size, num_blocks = check_pool_is_valid(answer)
     allowed = MAX_PREEMPTIONS_PER_REQUEST * PROBLEM.n * len(GRADED_SEEDS)
@@ -67,27 +68,33 @@ def check_few_preemptions(answer: object) -> None:
         f"workloads; your pool of {block_size * num_blocks:,} slots preempted {preemptions} times in "
         f"{len(reports)} of them ({preemptions_per_request(reports) * 100:.0f} per 100 requests): their peaks are "
         "higher than it holds")
+    return preemptions_per_request(reports)
 
 
-def check_memory(answer: object) -> None:
+def check_memory(answer: object) -> float:
     block_size, num_blocks = check_pool_is_valid(answer)
     share = block_size * num_blocks / reference_slots()
     assert share <= MEMORY_SHARE, (
         f"rule 4: the pool may take at most {MEMORY_SHARE:.0%} of the slots the reference's pool takes; yours "
         f"takes {block_size * num_blocks:,}, {share:.0%} of it: memory the workload never fills serves nobody")
+    return share
 
 
 def test_lesson04_task2_the_answer_is_a_pool_the_device_holds():
     check_pool_is_valid(answer_of(mine.size_kv_pool))
 
 
-def test_lesson04_task2_little_waste_on_unseen_workloads():
-    check_little_waste(answer_of(mine.size_kv_pool))
+def test_lesson04_task2_little_waste_on_unseen_workloads(record_property):
+    waste = check_little_waste(answer_of(mine.size_kv_pool))
+    record_property("margin", f"{waste:.1%} of the held slots empty (at most {MAX_WASTE:.0%})")
 
 
-def test_lesson04_task2_few_preemptions_on_unseen_workloads():
-    check_few_preemptions(answer_of(mine.size_kv_pool))
+def test_lesson04_task2_few_preemptions_on_unseen_workloads(record_property):
+    per_request = check_few_preemptions(answer_of(mine.size_kv_pool))
+    record_property("margin", f"{per_request * 100:.2f} preemptions per 100 requests (at most "
+                              f"{MAX_PREEMPTIONS_PER_REQUEST * 100:.0f})")
 
 
-def test_lesson04_task2_no_more_memory_than_the_workload_needs():
-    check_memory(answer_of(mine.size_kv_pool))
+def test_lesson04_task2_no_more_memory_than_the_workload_needs(record_property):
+    share = check_memory(answer_of(mine.size_kv_pool))
+    record_property("margin", f"the pool takes {share:.0%} of the reference's slots (at most {MEMORY_SHARE:.0%})")

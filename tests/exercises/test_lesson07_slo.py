@@ -9,7 +9,7 @@ from minicb import course
 from minicb.config import EngineConfig
 from minicb.goodput import SloTarget
 from minicb.parts import EngineParts
-from minicb.course.slo import grade_slo
+from minicb.course.slo import SloReport, grade_slo
 from minicb.scheduler.chunking import chunk_size as minicb_chunk_size
 
 mine = course.lesson("lesson07_slo")
@@ -87,16 +87,33 @@ def test_lesson07_task1_the_engine_chunks_with_yours():
         "decodes keep flowing while long prompts prefill in chunks")
 
 
-def check_meets_slo(config: dict) -> None:
+# Workloads the lesson never shows (it uses seed 0). Not every seed's can be served within the SLO: at 48 requests
+# per second some draws (103, 104 and 106 of 101-109) bring more work than steps short enough for the ITL target
+# can serve, whatever the configuration, so the graded seeds are ones a robust configuration serves.
+GRADED_SEEDS = (2, 101, 102, 105)
+
+
+def check_meets_slo(config: dict, seeds: tuple[int, ...] = GRADED_SEEDS) -> list[SloReport]:
     EngineConfig(**config)   # a misspelt or invalid knob fails here, by name
-    report = grade_slo(config, parts=EngineParts())   # minicb's own parts, on purpose: task 2 does not wait for task 1
+    target, reports = SloTarget(), []
+    for seed in seeds:
+        # minicb's own parts, on purpose: task 2 does not wait for task 1
+        report = grade_slo(config, parts=EngineParts(), seed=seed)
+        on = f"on the unseen workload of seed {seed}: {report}"
+        assert report.ttft_p99_s <= target.ttft_p99_s, f"p99 time to first token is over the target {on}"
+        assert report.itl_p99_s <= target.itl_p99_s, f"p99 inter-token latency is over the target {on}"
+        assert report.rejected <= target.max_rejected_fraction * (report.served + report.rejected), (
+            f"more than {target.max_rejected_fraction:.0%} of the requests were turned away {on}")
+        assert report.met, f"the SLO is not met {on}"
+        reports.append(report)
+    return reports
+
+
+def test_lesson07_task2_your_configuration_meets_the_slo(record_property):
+    reports = check_meets_slo(mine.slo_config())
     target = SloTarget()
-    assert report.ttft_p99_s <= target.ttft_p99_s, f"p99 time to first token is over the target: {report}"
-    assert report.itl_p99_s <= target.itl_p99_s, f"p99 inter-token latency is over the target: {report}"
-    assert report.rejected <= target.max_rejected_fraction * (report.served + report.rejected), (
-        f"more than {target.max_rejected_fraction:.0%} of the requests were turned away: {report}")
-    assert report.met, f"the SLO is not met: {report}"
-
-
-def test_lesson07_task2_your_configuration_meets_the_slo():
-    check_meets_slo(mine.slo_config())
+    record_property("margin", (
+        f"on {len(reports)} unseen workloads, worst p99 TTFT {max(r.ttft_p99_s for r in reports):.2f} s (target "
+        f"{target.ttft_p99_s:.2f}), worst p99 ITL {max(r.itl_p99_s for r in reports) * 1e3:.1f} ms (target "
+        f"{target.itl_p99_s * 1e3:.0f}), most turned away {max(r.rejected for r in reports)} of "
+        f"{reports[0].served + reports[0].rejected}"))

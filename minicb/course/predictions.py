@@ -27,6 +27,7 @@ from minicb.course.checkout import REPO_ROOT
 STORE_VARIABLE = "MINICB_PREDICTIONS"   # a file to keep predictions in, wherever the notebook runs (tests)
 STORE_NAME = ".predictions.json"
 WORKSPACE = "workspace"   # the learner's copies of the lessons, beside notebooks/ (minicb.course.workspace)
+WORKSPACE_MANIFEST = ".upstream.json"   # in a workspace: what each copy was given (minicb.course.workspace)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def store_path() -> Path | None:
     in the workspace; None elsewhere (they last as long as the kernel)."""
     if os.environ.get(STORE_VARIABLE):
         return Path(os.environ[STORE_VARIABLE])
-    return workspace_store(REPO_ROOT) if in_workspace() else None
+    return Path.cwd() / STORE_NAME if in_workspace() else None
 
 
 def workspace_store(root: Path) -> Path:
@@ -210,7 +211,10 @@ def answer_text(key: str, notebooks: Path = REPO_ROOT / "notebooks") -> str:
 
 
 def in_workspace() -> bool:
-    return Path.cwd().resolve() == (REPO_ROOT / WORKSPACE).resolve()
+    """Whether the notebook runs in a learner's workspace: a folder named workspace that minicb.course.workspace
+    made (the checkout's, or another one made with --workspace, as the browser test's)."""
+    here = Path.cwd()
+    return here.name == WORKSPACE and (here / WORKSPACE_MANIFEST).is_file()
 
 
 def lesson_counts(records: dict[str, dict]) -> dict[int, tuple[int, int, int]]:

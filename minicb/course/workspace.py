@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minicb.course.predictions import ANSWER_TAG, WORKSPACE
-
-MANIFEST = ".upstream.json"   # lesson file name -> digest of the clean copy workspace/ was given
+from minicb.course.predictions import WORKSPACE_MANIFEST as MANIFEST   # lesson file -> digest of the copy it was given
 UPDATED_SUFFIX = ".updated.ipynb"
 
 

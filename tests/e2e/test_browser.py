@@ -1,5 +1,6 @@
 """End to end in a real browser: JupyterLab runs lessons 01 and 04, and the widgets play in Chromium; the
-playground re-simulates when a control moves.
+playground re-simulates when a control moves. Lesson 01 runs as a learner meets it: a clean workspace copy
+(minicb.course.workspace) whose first prediction is answered, and the reveal must name that answer.
 
 The kernel-side widget tests (tests/test_viz.py) cannot see the browser half: the widget manager, the
 Play button's jslink to the slider, and the HTML views re-rendered as the slider moves. This test drives
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +41,9 @@ if importlib.util.find_spec("playwright") is None:
     pytest.skip("playwright is not installed (make e2e-deps installs it)", allow_module_level=True)
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402 (only once the skips above let the module run)
+
+from minicb.course.predictions import STORE_NAME, STORE_VARIABLE  # noqa: E402
+from minicb.course.workspace import make_workspace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "e2e"
@@ -58,6 +63,8 @@ USER_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
         {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    # Every cell in the page, not only those scrolled into view, so that a cell's output can be read anywhere.
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
 
@@ -74,7 +81,8 @@ class Lab:
         self.port, self.token = free_port(), secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         home = BUILD / "jupyter"
-        env = dict(os.environ, MINICB_IMPL="solutions", JUPYTER_CONFIG_DIR=str(home / "config"),
+        env = {name: value for name, value in os.environ.items() if name != STORE_VARIABLE}   # the workspace's own store
+        env.update(MINICB_IMPL="solutions", JUPYTER_CONFIG_DIR=str(home / "config"),
                    JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_DATA_DIR=str(home / "data"),
                    JUPYTERLAB_SETTINGS_DIR=str(home / "config" / "lab" / "user-settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), PYTHONUNBUFFERED="1")
@@ -248,9 +256,33 @@ def step_of(counters: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def test_lesson01_seat_occupancy_plays(lab, browser):
-    with open_lesson(browser, lab, NOTEBOOKS / LESSONS[0]) as lesson:
+PREDICTION = "01.static_utilization"   # lesson 01's first: (c) about 30%, and the simulator measures 28%
+
+
+@pytest.fixture()
+def answered_workspace() -> Path:
+    """A learner's workspace under build/e2e/, made as `make lab` makes one, with lesson 01's first prediction
+    answered "c" in its copy, as a learner types it."""
+    workspace = BUILD / "workspace"
+    shutil.rmtree(workspace, ignore_errors=True)
+    make_workspace(NOTEBOOKS, workspace)
+    copy = workspace / LESSONS[0]
+    notebook = json.loads(copy.read_text())
+    cell = next(c for c in notebook["cells"] if f'course.predict("{PREDICTION}", ...)' in "".join(c["source"]))
+    cell["source"] = [f'course.predict("{PREDICTION}", "c")\n']
+    copy.write_text(json.dumps(notebook, indent=1))
+    return copy
+
+
+def test_lesson01_seat_occupancy_plays_and_its_prediction_is_revealed(lab, browser, answered_workspace):
+    with open_lesson(browser, lab, answered_workspace) as lesson:
         lesson.run_all(".minicb-seats")
+        shown = lesson.page.locator(".jp-Notebook").inner_text()
+        assert "Recorded: (c) about 30%. Now run the next cell." in shown
+        assert "You said (c) about 30%; measured 28%: right." in shown, "the reveal names the answer and judges it"
+        assert "The answer." in shown and "28% at 8 seats" in shown, "the folded answer comes with the reveal"
+        stored = json.loads((answered_workspace.parent / STORE_NAME).read_text())
+        assert stored[PREDICTION]["answer"] == "c" and stored[PREDICTION]["right"] is True, stored
         views = lesson.page.locator(".widget-vbox:has(.minicb-seats) .minicb-seats")
         assert views.count() == 2, "SeatOccupancy shows two runs side by side"
         end = lesson.sample(".minicb-seats")[0]["views"]

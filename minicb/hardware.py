@@ -22,7 +22,7 @@ import torch
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost
 from minicb.engine import LLMEngine
-from minicb.model.config import read_model_config
+from minicb.model.config import ModelConfig, read_model_config
 from minicb.model.loader import BARD_PATH
 from minicb.parts import EngineParts
 from minicb.workload import WorkloadRequest
@@ -67,6 +67,27 @@ class ModelShape:
     def attention_flops_per_pair(self) -> int:
         """FLOPs for one (query, key) pair in every layer and head: QK^T and PV, 2 FLOPs per multiply-add."""
         return 4 * self.num_layers * self.num_heads * self.head_dim
+
+    @classmethod
+    def of(cls, config: ModelConfig, name: str, bytes_per_param: int = 2, bytes_per_kv: int = 2) -> ModelShape:
+        """The shapes of a model minicb loads (its ModelConfig), held in bytes_per_param and bytes_per_kv."""
+        return cls(name, config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
+                   config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param, bytes_per_kv)
+
+    def step_bytes(self, context_tokens: int) -> int:
+        """What a step reads from memory: every streamed weight once, and each sequence's whole KV context
+        (context_tokens, summed over the step's sequences, new tokens included)."""
+        return self.streamed_params * self.bytes_per_param + context_tokens * self.kv_bytes_per_token
+
+    def step_flops(self, num_tokens: int, context_tokens: int) -> float:
+        """2 FLOPs per weight per token, and attention's (query, key) pairs estimated as context_tokens (exact
+        for decodes) plus num_tokens**2 / 2 (the causal triangle, as if the new tokens were one prompt)."""
+        return 2 * self.streamed_params * num_tokens + self.attention_flops_per_pair * (context_tokens + num_tokens ** 2 / 2)
+
+    def arithmetic_intensity(self, num_tokens: int, context_tokens: int) -> float:
+        """FLOPs per byte read, for a step of num_tokens new tokens over context_tokens of context: below a
+        device's ridge point (RooflineCost.ridge_point) the step waits on memory, above it on arithmetic."""
+        return self.step_flops(num_tokens, context_tokens) / self.step_bytes(context_tokens)
 
 
 # Meta's Llama-3-8B config.json.
@@ -128,19 +149,22 @@ class RooflineCost:
         return self.gpu.peak_flops * self.assume.flops_efficiency
 
     @property
+    def ridge_point(self) -> float:
+        """The arithmetic intensity (FLOP per byte) at which a step takes as long to compute as to read: a step
+        below it is memory-bound on this GPU, above it compute-bound."""
+        return self.compute / self.bandwidth
+
+    @property
     def per_swapped_token(self) -> float:
         return self.model.kv_bytes_per_token / self.gpu.host_link
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
         """context_tokens is every sequence's whole context, new tokens included, summed: each sequence
-        reads its KV once per layer. The (query, key) pairs attention computes are estimated from the
-        totals as context_tokens (exact for decodes) plus num_tokens**2 / 2 (the causal triangle, as if
-        the new tokens were one prompt); at Bard's contexts (up to 1,024 tokens) attention is at most a
-        few percent of the FLOPs, so the estimate hardly moves a step."""
+        reads its KV once per layer (ModelShape.step_bytes and step_flops). At Bard's contexts (up to 1,024
+        tokens) attention is at most a few percent of the FLOPs, so its estimate hardly moves a step."""
         m = self.model
-        read = m.streamed_params * m.bytes_per_param + context_tokens * m.kv_bytes_per_token
-        flops = 2 * m.streamed_params * num_tokens + m.attention_flops_per_pair * (context_tokens + num_tokens ** 2 / 2)
-        return self.assume.step_overhead_s + max(read / self.bandwidth, flops / self.compute)
+        return self.assume.step_overhead_s + max(m.step_bytes(context_tokens) / self.bandwidth,
+                                                 m.step_flops(num_tokens, context_tokens) / self.compute)
 
     def copy_s(self, tokens: int) -> float:
         return self.assume.swap_latency_s + tokens * self.per_swapped_token

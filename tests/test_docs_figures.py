@@ -126,6 +126,9 @@ FIGURES = [
     # lesson 00
     Figure(L00, "{bytes} bytes for Bard", L00, "kv_per_token = 2 *", "= {bytes} bytes per token"),
     Figure(L00, "gives {kib} KiB per token", L00, '"7B-class model, fp16:"', "7B-class model, fp16: {kib} KiB per token"),
+    Figure(L00, "about {one} FLOP per byte alone, {x32} with 32 sequences, and still {x256} with 256", L00,
+           "ridge = RooflineCost", "decode, 1 sequence of 128 cached {b1} {one} below … decode, 32 sequences of 128 "
+           "cached {b32} {x32} below … decode, 256 sequences of 128 cached {b256} {x256} below"),
     # lesson 01
     Figure(L01, "the hardware did useful work in {useful}: **{pct}%**", L01, A_D, "utilization = {useful}/{total} =",
            {"pct": lambda g: 100 * g["useful"] / g["total"]}),

@@ -12,7 +12,7 @@ import pytest
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost, simulated_preemption_cost
 from minicb.engine import LLMEngine
-from minicb.hardware import LLAMA3_8B, PRESETS, crossover_table, loaded_throughput
+from minicb.hardware import H100_SXM, LLAMA3_8B, PRESETS, ModelShape, RooflineCost, crossover_table, loaded_throughput
 from minicb.simulator import SimulatedRunner
 from minicb.workload import make_workload, run_workload
 
@@ -114,3 +114,16 @@ def test_config_takes_any_cost_model_and_nothing_else():
     assert EngineConfig(simulate=True, step_cost=H200.step_cost).step_cost is H200.step_cost
     with pytest.raises(ValueError, match="step_cost"):
         EngineConfig(simulate=True, step_cost=lambda num_tokens, context_tokens: 1e-3)
+
+
+def test_arithmetic_intensity_is_the_flops_over_the_bytes_of_a_step_counted_by_hand():
+    # One layer: q, k, v, o of 4 x 4 each (64), gate, up, down of 4 x 8 (96), two norms (8); final norm (4) and
+    # an LM head of 10 x 4 (40): 212 weights, 424 bytes in bf16. A token's K and V: 2 x 4 dims x 2 bytes = 16.
+    tiny = ModelShape("tiny", num_layers=1, hidden_size=4, num_heads=1, num_kv_heads=1, head_dim=4,
+                      intermediate_size=8, vocab_size=10)
+    # A decode of 1 token over a context of 3: 424 + 3 x 16 bytes read; 2 x 212 FLOPs, and 16 per (query, key)
+    # pair for 3 pairs and the half a pair the estimate adds for the new token.
+    assert tiny.step_bytes(3) == 472
+    assert tiny.step_flops(1, 3) == 2 * 212 + 16 * 3.5
+    assert tiny.arithmetic_intensity(1, 3) == pytest.approx(480 / 472)
+    assert RooflineCost(tiny, H100_SXM).ridge_point == pytest.approx(0.6 * 989e12 / (0.8 * 3350e9))

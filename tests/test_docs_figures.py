@@ -157,6 +157,9 @@ FIGURES = [
     Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
            "one call over the batch is {x}x faster"),
     # lesson 06
+    Figure(L06, "at 256 tokens recomputing took tens of milliseconds against under one for the swap ({re} ms against "
+           "{swap} ms, {x}x)", L06, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
+           {"x": lambda g: g["re"] / g["swap"]}),
     Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
            TAIL_SHOWN),
     Figure(L06, "p99, by far: it went from {a99} s to {b99} s ({x}x) while p50 went from {a50} s to {b50} s ({pct}%)",

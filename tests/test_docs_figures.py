@@ -202,7 +202,7 @@ FIGURES = [
            L07, ORDER, ORDER_SHOWN),
     Figure(L07, "About 30 ms: {on99} ms against {off99} ms, five times lower, while the median gap barely moved "
            "({on50} against {off50} ms)", L07, STALL, STALL_SHOWN),
-    Figure(L07, "the long prompts' first token came after {on_first} ms on average against {off_first} ms", L07, STALL,
+    Figure(L07, "their first token came after {on_first} ms on average against {off_first} ms", L07, STALL,
            STALL_SHOWN),
     Figure(L07, "About 300: {on_time0} of 1,000 within 2 s, a goodput of {g0} requests/s, and a median latency of "
            "{lat0} s. With `max_queue_delay_s=0.5`, {rejected1} are turned away at once and {on_time1} of the "

@@ -236,10 +236,11 @@ FIGURES = [
     # lesson 10
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),
+    Figure(L10, "**(c)**: about a tenth, {pf_on} of the {pf_off} prompt tokens", L10, PROLOGUE, PROLOGUE_SHOWN),
     Figure(L10, "here TTFT p50 went from {sh_off50} to {sh_on50} ms", L10, PROLOGUE, PROLOGUE_SHOWN),
     Figure(L10, "The same 48 requests are served about {x}x sooner", L10, CROWD, CROWD_SHOWN,
            {"x": lambda g: g["off_s"] / g["on_s"]}),
-    Figure(L10, "**All at once**, nearly: {miss}% up to 64 blocks, {mid}% at 96, then {hit}% from 128", L10,
+    Figure(L10, "**(b)**: all at once, nearly: {miss}% up to 64 blocks, {mid}% at 96, then {hit}% from 128", L10,
            "eight = with_prologue", " 64 {miss}% {prefilled64} 96 {mid}% {prefilled96} 128 {hit}% "),
     Figure(L10, "({pre_on} preemptions against {pre_off}). … prefills only what is not there: {pf_on} tokens against "
            "{pf_off} (without caching the prompts alone are {prompts}, plus every recompute). All are served in {on_s} "

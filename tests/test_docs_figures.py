@@ -160,6 +160,9 @@ FIGURES = [
     Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
            "one call over the batch is {x}x faster"),
     # lesson 06
+    Figure(L06, "at 256 tokens recomputing took tens of milliseconds against under one for the swap ({re} ms against "
+           "{swap} ms, {x}x)", L06, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
+           {"x": lambda g: g["re"] / g["swap"]}),
     Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
            TAIL_SHOWN),
     Figure(L06, "p99, by far: it went from {a99} s to {b99} s ({x}x) while p50 went from {a50} s to {b50} s ({pct}%)",
@@ -202,7 +205,7 @@ FIGURES = [
            L07, ORDER, ORDER_SHOWN),
     Figure(L07, "About 30 ms: {on99} ms against {off99} ms, five times lower, while the median gap barely moved "
            "({on50} against {off50} ms)", L07, STALL, STALL_SHOWN),
-    Figure(L07, "the long prompts' first token came after {on_first} ms on average against {off_first} ms", L07, STALL,
+    Figure(L07, "their first token came after {on_first} ms on average against {off_first} ms", L07, STALL,
            STALL_SHOWN),
     Figure(L07, "About 300: {on_time0} of 1,000 within 2 s, a goodput of {g0} requests/s, and a median latency of "
            "{lat0} s. With `max_queue_delay_s=0.5`, {rejected1} are turned away at once and {on_time1} of the "
@@ -236,10 +239,11 @@ FIGURES = [
     # lesson 10
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),
+    Figure(L10, "**(c)**: about a tenth, {pf_on} of the {pf_off} prompt tokens", L10, PROLOGUE, PROLOGUE_SHOWN),
     Figure(L10, "here TTFT p50 went from {sh_off50} to {sh_on50} ms", L10, PROLOGUE, PROLOGUE_SHOWN),
     Figure(L10, "The same 48 requests are served about {x}x sooner", L10, CROWD, CROWD_SHOWN,
            {"x": lambda g: g["off_s"] / g["on_s"]}),
-    Figure(L10, "**All at once**, nearly: {miss}% up to 64 blocks, {mid}% at 96, then {hit}% from 128", L10,
+    Figure(L10, "**(b)**: all at once, nearly: {miss}% up to 64 blocks, {mid}% at 96, then {hit}% from 128", L10,
            "eight = with_prologue", " 64 {miss}% {prefilled64} 96 {mid}% {prefilled96} 128 {hit}% "),
     Figure(L10, "({pre_on} preemptions against {pre_off}). … prefills only what is not there: {pf_on} tokens against "
            "{pf_off} (without caching the prompts alone are {prompts}, plus every recompute). All are served in {on_s} "

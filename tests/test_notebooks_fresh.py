@@ -8,7 +8,8 @@ the stored ones. These tests check the stored files those runs and GitHub reader
   widget starts with `# NBVAL_IGNORE_OUTPUT`, so that nbval does not compare it;
 - every lesson has its title, "What you will learn", "What to remember", a recap of the lesson before
   (but lesson 00), a "**Next:**" line, and links only to notebooks that exist;
-- every exercise a lesson names (`exercises/lessonNN_topic.py::symbol`) comes with its check command.
+- every exercise a lesson names (`exercises/lessonNN_topic.py::symbol`) comes with its check command;
+- every "Your turn" is followed by its folded answer key.
 """
 from __future__ import annotations
 
@@ -91,3 +92,16 @@ def test_exercises_name_their_check_command(path: Path):
         lesson = module[len("lesson"):len("lesson") + 2]
         assert re.search(rf"pytest tests/exercises -k lesson{lesson}_task\d", text), \
             f"{path.name}: exercise {module}.{symbol} without its check command"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_your_turn_has_a_folded_answer_key(path: Path):
+    """A self-paced learner checks their reasoning: each "## Your turn" is followed by a folded "What you should
+    see", which stays in the workspace copy (it is not a prediction's answer, which the workspace removes)."""
+    cells = json.loads(path.read_text())["cells"]
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown" and source(cell).startswith("## Your turn"):
+            key = cells[i + 1] if i + 1 < len(cells) else {"cell_type": None, "source": []}
+            assert key["cell_type"] == "markdown" and source(key).startswith(
+                "<details><summary>What you should see"), f"{path.name}, cell {i}: its Your turn has no answer key"
+            assert not any(t.startswith("answer:") for t in key.get("metadata", {}).get("tags", [])), path.name

@@ -43,6 +43,7 @@ class ModelShape:
     vocab_size: int
     bytes_per_param: int = 2   # bf16 weights
     bytes_per_kv: int = 2      # bf16 KV cache
+    context_window: int = 8192   # the longest context it serves: a victim's KV never outgrows it
 
     @property
     def streamed_params(self) -> int:
@@ -72,7 +73,8 @@ class ModelShape:
     def of(cls, config: ModelConfig, name: str, bytes_per_param: int = 2, bytes_per_kv: int = 2) -> ModelShape:
         """The shapes of a model minicb loads (its ModelConfig), held in bytes_per_param and bytes_per_kv."""
         return cls(name, config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
-                   config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param, bytes_per_kv)
+                   config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param, bytes_per_kv,
+                   config.max_position_embeddings)
 
     def step_bytes(self, context_tokens: int) -> int:
         """What a step reads from memory: every streamed weight once, and each sequence's whole KV context
@@ -92,7 +94,7 @@ class ModelShape:
 
 # Meta's Llama-3-8B config.json.
 LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                       intermediate_size=14336, vocab_size=128256)
+                       intermediate_size=14336, vocab_size=128256, context_window=8192)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,11 @@ class RooflineAssumptions:
     #                                  eager-mode servers paid several
     swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer, the DMA
     #                                  setup and the wait before its blocks are reused (lesson 06 uses 0.1 ms for both)
+    block_copy_overhead_s: float = 0.0   # per contiguous piece a swap copies (one layer's K or V of one block),
+    #                                  beyond its bytes. 0: a victim's blocks move as one batched copy, as vLLM's
+    #                                  later swap kernels do (PRs #11531, #38460). About 1e-5 when each piece is a
+    #                                  cudaMemcpyAsync of its own, as vLLM's first swap_blocks did: a 32 KB piece
+    #                                  then moves at about 3 GB/s, the rate PR #11531 measured for those on an A100
     memory_utilization: float = 0.9  # share of GPU memory the server takes (vLLM's gpu_memory_utilization default)
     activation_headroom_bytes: float = 4 * GB  # of that share, not for KV: activations of a 2k-token step, CUDA
     #                                  graphs, the allocator's slack
@@ -139,6 +146,7 @@ class RooflineCost:
     model: ModelShape
     gpu: GPUSpec
     assume: RooflineAssumptions = RooflineAssumptions()
+    block_size: int = 16   # tokens per KV block: a swap moves each layer's K and V of a block as one piece
 
     @property
     def bandwidth(self) -> float:
@@ -156,7 +164,9 @@ class RooflineCost:
 
     @property
     def per_swapped_token(self) -> float:
-        return self.model.kv_bytes_per_token / self.gpu.host_link
+        """One way, per token: its KV bytes over the link, and its share of its block's pieces' overhead."""
+        pieces = 2 * self.model.num_layers / self.block_size
+        return self.model.kv_bytes_per_token / self.gpu.host_link + pieces * self.assume.block_copy_overhead_s
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
         """context_tokens is every sequence's whole context, new tokens included, summed: each sequence
@@ -213,7 +223,8 @@ def roofline_notes(cost: RooflineCost, block_size: int) -> str:
             f"Step = {a.step_overhead_s * 1e3:g} ms + max(bytes / ({a.hbm_efficiency:g} x bandwidth), "
             f"FLOPs / ({a.flops_efficiency:g} x peak)): weights read once per step, each sequence's KV context "
             f"read once, 2 x params FLOPs per token plus attention. A swap copy costs "
-            f"{a.swap_latency_s * 1e6:g} us + KV bytes / link each way. KV pool: {a.memory_utilization:g} of memory, "
+            f"{a.swap_latency_s * 1e6:g} us + KV bytes / link each way, and "
+            f"{a.block_copy_overhead_s * 1e6:g} us more per layer's K or V of a block. KV pool: {a.memory_utilization:g} of memory, "
             f"less the weights and {a.activation_headroom_bytes / GB:g} GB of headroom, holds "
             f"{cost.kv_pool_blocks(block_size):,} blocks of {block_size} tokens. Assumptions: {assumptions}. "
             f"The simulator runs Bard's prompts, tokens and vocabulary; only the clock is the 8B model's.")
@@ -236,7 +247,7 @@ def cpu_preset(block_size: int = 16) -> HardwarePreset:
 def roofline_preset(name: str, model: ModelShape, gpu: GPUSpec,
                     assume: RooflineAssumptions = RooflineAssumptions(), block_size: int = 16) -> HardwarePreset:
     """`model` on `gpu`, priced by the roofline, with the KV pool that fits beside the weights."""
-    cost = RooflineCost(model, gpu, assume)
+    cost = RooflineCost(model, gpu, assume, block_size)
     return HardwarePreset(name, cost, cost.kv_pool_blocks(block_size), block_size, modelled=True,
                           notes=roofline_notes(cost, block_size))
 

@@ -160,7 +160,7 @@ FIGURES = [
     Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
            "one call over the batch is {x}x faster"),
     # lesson 06
-    Figure(L06, "at 256 tokens recomputing took tens of milliseconds against under one for the swap ({re} ms against "
+    Figure(L06, "at 256 tokens recomputing took tens of milliseconds against about one for the swap ({re} ms against "
            "{swap} ms, {x}x)", L06, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
            {"x": lambda g: g["re"] / g["swap"]}),
     Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
@@ -184,12 +184,11 @@ FIGURES = [
            "from {a99} s to {b99} s", L06, TAIL, TAIL_SHOWN),
     Figure(L06, "preempted requests ran up to {worst}x slower than with an ample pool, and all {k20} of the 20 slowest "
            "were preempted", L06, HIT, HIT_SHOWN),
-    Figure(L06, "(the 7B at 400 TFLOP/s: {a3} tokens on PCIe 3.0, {a4} on 4.0, {a5} on 5.0) and faster compute moves "
-           "it up (on PCIe 4.0, {a4} becomes {b4} at 989 TFLOP/s)", L06, "crossover_table(RooflineCost(",
-           "PCIe 3.0 x16, 12 GB/s {a3} {b3} {c3} {d3} PCIe 4.0 x16, 25 GB/s {a4} {b4} {c4} {d4} "
-           "PCIe 5.0 x16, 50 GB/s {a5} {b5} {c5} {d5}"),
-    Figure(L06, "is the {gpu} above with the weights counted from the shapes", L06, "def gpu_cost(",
-           "crossover: recompute below {gpu} tokens of context"),
+    Figure(L06, "(the 7B at 400 TFLOP/s: never on PCIe 3.0 or 4.0, from {a5} tokens on 5.0)", L06,
+           "crossover_table(RooflineCost(", "PCIe 3.0 x16, 12 GB/s never never {c3} never PCIe 4.0 x16, 25 GB/s never "
+           "never {c4} {d4} PCIe 5.0 x16, 50 GB/s {a5} never {c5} {d5}"),
+    Figure(L06, "with a copy per piece (the last line), recompute wins in every case", L06,
+           "crossover_table(RooflineCost(", "swapping is cheaper within the model's context in 0 of these 12 cases"),
     Figure(L06, "(up to {swapped} at once here)", L06, "from itertools import accumulate",
            "swapped at most {swapped}"),
     Figure(L06, "Both runs preempt {pre} times in {steps} steps", L06, "from itertools import accumulate",

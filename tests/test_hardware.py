@@ -12,7 +12,8 @@ import pytest
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost, simulated_preemption_cost
 from minicb.engine import LLMEngine
-from minicb.hardware import H100_SXM, LLAMA3_8B, PRESETS, ModelShape, RooflineCost, crossover_table, loaded_throughput
+from minicb.hardware import (H100_SXM, LLAMA3_8B, PRESETS, ModelShape, RooflineAssumptions, RooflineCost,
+                             crossover_table, loaded_throughput)
 from minicb.simulator import SimulatedRunner
 from minicb.workload import make_workload, run_workload
 
@@ -127,3 +128,12 @@ def test_arithmetic_intensity_is_the_flops_over_the_bytes_of_a_step_counted_by_h
     assert tiny.step_flops(1, 3) == 2 * 212 + 16 * 3.5
     assert tiny.arithmetic_intensity(1, 3) == pytest.approx(480 / 472)
     assert RooflineCost(tiny, H100_SXM).ridge_point == pytest.approx(0.6 * 989e12 / (0.8 * 3350e9))
+
+
+def test_a_copy_per_piece_adds_each_blocks_pieces_to_the_bytes():
+    """Each layer's K and V of a 16-token block is one piece: 64 pieces per block for 32 layers, 4 per token."""
+    batched = RooflineCost(LLAMA3_8B, H100_SXM)
+    per_piece = RooflineCost(LLAMA3_8B, H100_SXM, RooflineAssumptions(block_copy_overhead_s=1e-5), block_size=16)
+    assert batched.per_swapped_token == pytest.approx(128 * 1024 / 50e9)
+    assert per_piece.per_swapped_token == pytest.approx(128 * 1024 / 50e9 + 4 * 1e-5)
+    assert per_piece.preemption_cost().swap_per_token == pytest.approx(2 * per_piece.per_swapped_token)

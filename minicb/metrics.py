@@ -39,6 +39,9 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "requests_per_s": len(served) / span if span > 0 else float("nan"),
         "steps": trace.num_steps,   # every step run, those the trace no longer keeps included
         "seat_utilization": trace.seat_utilization,
+        # The same over the steps after which someone still waited for a seat, and how many steps those were.
+        "seat_utilization_while_queued": trace.seat_utilization_while_queued,
+        "queued_step_share": trace.queued_step_share,
         "padding_waste": trace.padding_waste,
         # Prompt tokens served from the prefix cache instead of prefilled (0 without prefix caching).
         "prefix_cache_hit_rate": sum(o.num_cached_tokens for o in served) / prompt_tokens if prompt_tokens else 0.0,

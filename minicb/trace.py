@@ -205,6 +205,19 @@ class Trace:
         total = self.num_steps * self.num_seats
         return self._useful_seat_steps / total if total else 0.0
 
+    @property
+    def seat_utilization_while_queued(self) -> float:
+        """Useful seat-steps / all seat-steps over the kept steps after which a request still waited for a seat:
+        how full the batch is while there is work to fill it with. The drain that ends a finite run and the lulls
+        between arrivals are left out. nan when no kept step had a queue."""
+        queued = [s for s in self.steps if s.waiting > 0]
+        return sum(s.useful_seats for s in queued) / (len(queued) * self.num_seats) if queued else float("nan")
+
+    @property
+    def queued_step_share(self) -> float:
+        """The share of the kept steps after which a request still waited for a seat (nan with none kept)."""
+        return sum(s.waiting > 0 for s in self.steps) / len(self.steps) if self.steps else float("nan")
+
     def seat_utilization_until(self, step: int) -> float:
         """The same over the kept steps 0..step (what a widget playing the run has shown so far)."""
         played = self.steps[:step + 1]

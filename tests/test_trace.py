@@ -208,3 +208,21 @@ def test_with_the_trace_off_record_step_only_counts():
 def test_trace_max_steps_must_be_a_count_or_none(value):
     with pytest.raises(ValueError, match="trace_max_steps"):
         EngineConfig(trace_max_steps=value)
+
+
+def test_seat_utilization_while_queued_counts_only_the_steps_after_which_someone_waited():
+    """One seat, two requests at once: A's 3 tokens take 3 steps while B waits, then B's 2 run with nobody
+    waiting. Over the run the seat works in all 5 steps; while B waited, in all 3 of those."""
+    engine = LLMEngine(simulate=True, max_num_seqs=1, num_blocks=16)
+    for name, n in (("A", 3), ("B", 2)):
+        engine.add_request([5, 6, 7], SamplingParams(max_tokens=n, ignore_eos=True), request_id=name)
+    while engine.has_unfinished_requests():
+        engine.step()
+    trace = engine.trace
+    assert [s.waiting for s in trace.steps] == [1, 1, 1, 0, 0]
+    assert trace.queued_step_share == 3 / 5 and trace.seat_utilization_while_queued == 1.0
+    idle = LLMEngine(simulate=True, max_num_seqs=4, num_blocks=16)
+    idle.add_request([5, 6, 7], SamplingParams(max_tokens=2, ignore_eos=True))
+    while idle.has_unfinished_requests():
+        idle.step()
+    assert idle.trace.queued_step_share == 0 and math.isnan(idle.trace.seat_utilization_while_queued)

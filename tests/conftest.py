@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -45,6 +46,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "any_model" in item.keywords:
             item.add_marker(skip)
+
+
+GRADED = re.compile(r"test_lesson(\d\d)_task(\d+)_")
+
+
+@pytest.fixture(autouse=True)
+def graded_functions_are_the_learners_own(request):
+    """A task's check grades the learner's functions (grading.imported_instead_of_written), on exercises/ only."""
+    graded = GRADED.match(request.node.name)
+    if graded is None or "exercises" not in Path(str(request.node.path)).parts:
+        return
+    from grading import imported_instead_of_written
+    from minicb import course
+    if course.impl() != "exercises":
+        return
+    task = next((t for t in course.TASKS if (t.lesson, t.number) == (int(graded[1]), int(graded[2]))), None)
+    problem = task and imported_instead_of_written(task, course.lesson(task.module))
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,12 +1,30 @@
 """What the exercise tests share: engines in a known state, and failures that name the rule."""
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 from hypothesis import given, settings
 
+from minicb.course import Task
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
+
+
+def imported_instead_of_written(task: Task, module: ModuleType) -> str | None:
+    """What is wrong when one of the task's functions (or its class) in the lesson's module was imported from
+    minicb or the reference instead of written there: such a function passes every check and teaches nothing.
+    Lessons 03 and 04 also make minicb's own refuse to run while they grade, so one that only calls it fails."""
+    for symbol in task.symbols:
+        *owner, name = symbol.split(".")
+        where = getattr(module, owner[0]) if owner else module
+        for defined in (where, getattr(where, name)):
+            origin = getattr(defined, "__module__", module.__name__)
+            if defined is not module and origin != module.__name__:
+                return (f"{task.label}: exercises/{task.module}.py::{symbol} is {origin}'s, imported: write it in your "
+                        "file; the check grades your function, not minicb's own")
+    return None
 
 
 def ids(n: int) -> list[int]:

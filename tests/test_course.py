@@ -477,7 +477,7 @@ def test_progress_lists_every_task_of_the_untouched_stubs_with_its_command(capsy
     assert "checking" not in out, f"an exercise in the checkout is not its stub any more:\n{out}"
     for task in course.TASKS:
         line = next(line for line in out.splitlines() if line.endswith(task.command))
-        assert f"task {task.number}  {task.symbol} " in line and " not started " in line, line
+        assert f"task {task.number}  {task.name} " in line and " not started " in line, line
     assert out.endswith(f"\n0 of {len(course.TASKS)} tasks done\n")
 
 

@@ -72,6 +72,14 @@ class Task:
     def symbols(self) -> tuple[str, ...]:
         return (self.symbol, *self.also)
 
+    @property
+    def name(self) -> str:
+        """What the task writes, in a word: its class when every function is one class's method, else its functions."""
+        owners = {s.split(".")[0] for s in self.symbols if "." in s}
+        if len(owners) == 1 and all("." in s for s in self.symbols):
+            return owners.pop()
+        return ", ".join(self.symbols)
+
 
 TASKS = [
     Task(2, 1, "lesson02_continuous", "plan_step",

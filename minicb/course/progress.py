@@ -119,7 +119,7 @@ def render(results: list[TaskResult]) -> str:
         if t.lesson != lesson:
             lesson = t.lesson
             lines.append(f"Lesson {t.lesson:02d}  exercises/{t.module}.py")
-        lines.append(f"  task {t.number}  {t.symbol:30s} {r.state:12s} {t.command}")
+        lines.append(f"  task {t.number}  {t.name:36s} {r.state:12s} {t.command}")
         if r.why:   # the rule that broke, whole: it is what the learner needs to read
             lines.append(f"          {r.why.splitlines()[0]}")
     done = sum(r.state == DONE for r in results)

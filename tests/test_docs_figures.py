@@ -145,6 +145,11 @@ FIGURES = [
     # lesson 03
     Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "def top2_gaps",
            "{differ} of {n} requests differ from their solo run ({tokens} greedy tokens compared)"),
+    Figure(L03, "from B = 2 on, {a}% of its entries differ, and from B = 11 on, {b}%", L03, "linear = next(m for m in",
+           "B = 2: bitwise equal False entries that differ {a}% … B = 10: bitwise equal False entries that differ "
+           "{a}% … B = 11: bitwise equal False entries that differ {b}%"),
+    Figure(L03, "in bf16, where near-ties are one rounding step apart, {n} of the 16 flipped", L03, "half = LLM(None",
+           "{n} of 16 requests differ from their solo run in bf16"),
     Figure(L03, "**(b)**: roughly {x}×", L03, "at batch 32 the flat step is", "the flat step is {x}x faster"),
     Figure(L03, "most logits differ ({pct}% of them in the run stored here)", L03, "together16 = runner.logits",
            "logits that differ: {pct}% of"),

@@ -249,7 +249,9 @@ ENGINES = {
 def serve(parts: EngineParts, prompts: list[list[int]], **config) -> dict[str, tuple[list[int], int]]:
     """request id -> (its tokens, its num_cached_tokens), on the simulator, the pool checked every step
     (a cached block's name must be minicb's name for the tokens it was cached with)."""
-    engine = simulated_engine(parts, **{"block_size": 4, "max_num_seqs": 4, "enable_prefix_caching": True, **config})
+    # max_model_len: every prompt here and its 4 tokens fit in 64, and so does the smallest pool (24 blocks of 4)
+    engine = simulated_engine(parts, **{"block_size": 4, "max_num_seqs": 4, "enable_prefix_caching": True,
+                                        "max_model_len": 64, **config})
     for i, prompt in enumerate(prompts):
         engine.add_request(prompt, SamplingParams(max_tokens=4, ignore_eos=True), request_id=f"r{i}")
     results = {}
@@ -297,7 +299,7 @@ BARD_PROMPTS = [BASE[:13] + [101], BASE[:13] + [7, 8], BASE, BASE[:5] + [9]]
 
 def bard(parts: EngineParts) -> list[tuple[list[int], int]]:
     llm = LLM(None, device="cpu", block_size=4, num_blocks=64, max_num_seqs=2, enable_prefix_caching=True,
-              check_kv_invariants=True, parts=parts)
+              max_model_len=256, check_kv_invariants=True, parts=parts)
     outputs = llm.generate(BARD_PROMPTS, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     return [(o.outputs[0].token_ids, o.num_cached_tokens) for o in outputs]
 

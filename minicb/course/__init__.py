@@ -306,10 +306,9 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
                 plugged[symbol] = ref
                 continue
             mine = getattr(module, symbol)
-            if is_stub(mine):
-                stubs.setdefault(task, []).append(symbol)
-            plugged[symbol] = ref if is_stub(mine) else with_fallback(mine, ref)
-            stubs.setdefault(task, [])
+            stub = is_stub(mine)
+            stubs.setdefault(task, []).extend([symbol] if stub else [])
+            plugged[symbol] = ref if stub else with_fallback(mine, ref)
     module = _importable(ALLOCATOR_MODULE, which, own=ALLOCATOR_LESSON == lesson)
     if module is None:
         plugged["allocator"] = reference.allocator

@@ -44,7 +44,7 @@ def slo_config() -> dict:
 
     The test grades it on workloads from seeds you have not seen (minicb's own parts run them, so this task
     does not wait for task 1); try yours with minicb.course.slo.grade_slo(slo_config(), seed=s), the lesson's
-    seed 0 or any other. Some seeds draw bursts that no configuration serves within the SLO; the graded
-    ones are not among them."""
+    seed 0 or any other. Some seeds draw bursts that no configuration tried serves within the SLO; the
+    graded ones are not among them, and a configuration with room to spare on the lesson's seed meets them."""
     raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO. "
                               "Check it with: pytest tests/exercises -k lesson07_task2")

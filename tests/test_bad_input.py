@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from minicb.llm import LLM
+from minicb.model.config import read_model_config
 from minicb.model.loader import load_model
 from minicb.runner import ModelRunner
 from minicb.sampling import SamplingParams
@@ -24,6 +25,17 @@ def test_unsupported_architecture(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "n_embd": 64}))
     with pytest.raises(ValueError, match="'GPT2LMHeadModel'.*not supported.*LlamaForCausalLM"):
         load_model(tmp_path)
+
+
+def test_a_config_with_model_type_alone_loads_as_that_family_and_an_unknown_one_is_named(tiny_checkpoint, tmp_path):
+    folder, _ = tiny_checkpoint("llama")
+    raw = json.loads((folder / "config.json").read_text())
+    del raw["architectures"]
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "model_type": "llama"}))
+    assert read_model_config(tmp_path).architecture == "LlamaForCausalLM"
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="model_type 'gpt2' .* not supported.*or model_type 'llama'"):
+        read_model_config(tmp_path)
 
 
 def test_unsupported_rope_type(tiny_checkpoint, tmp_path):

@@ -11,6 +11,10 @@ import torch
 from minicb.checks import is_int
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# A config may name its family by model_type alone (one written by a converter, say); transformers then picks the
+# causal-LM class of that family, and so does minicb.
+ARCHITECTURE_OF_MODEL_TYPE = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                              "qwen3": "Qwen3ForCausalLM"}
 # The sizes every Llama-family config.json states; the rest have defaults.
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
@@ -79,10 +83,11 @@ def read_model_config(folder: str | Path) -> ModelConfig:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON ({err}); restore the config.json saved with the weights") from err
-    arch = (raw.get("architectures") or ["<missing>"])[0]
+    arch = (raw.get("architectures") or [ARCHITECTURE_OF_MODEL_TYPE.get(raw.get("model_type"), "<missing>")])[0]
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"architecture {arch!r} in {path} is not supported; minicb supports "
-                         f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        named = f"architecture {arch!r}" if arch != "<missing>" else f"model_type {raw.get('model_type')!r}"
+        raise ValueError(f"{named} in {path} is not supported; minicb supports {', '.join(SUPPORTED_ARCHITECTURES)} "
+                         f"(architectures), or model_type {', '.join(map(repr, ARCHITECTURE_OF_MODEL_TYPE))}")
     if raw.get("layer_types") and any(t != "full_attention" for t in raw["layer_types"]):
         raise ValueError(f"{path} uses sliding-window layers ({set(raw['layer_types'])}); "
                          "minicb implements full attention only")

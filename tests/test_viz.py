@@ -14,7 +14,7 @@ from minicb.engine import LLMEngine
 from minicb.sampling import SamplingParams
 from minicb.trace import DECODE, IDLE, PAD, PREFILL
 from minicb.viz import (KVBlockMap, SeatOccupancy, Timeline, latency_cdf, render_kv_blocks, render_seats,
-                        render_timeline, save_gif, save_html, save_png)
+                        render_timeline, save_gif, save_html, save_png, timeline_still)
 from minicb.viz.draw import PALETTE, rgb
 from minicb.viz.export import frame_steps
 
@@ -249,6 +249,16 @@ def test_timeline_has_a_row_per_request_and_a_marker_per_result(continuous):
     early = render_timeline(continuous, 0)
     assert not elements(early, phase="finished")
     assert {e.get("data-step") for e in elements(early)} == {"0"}
+
+
+def test_the_timeline_still_draws_a_row_per_request_and_a_tick_per_preemption(preempting):
+    fig = timeline_still(preempting, title="t")
+    ax = fig.axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert sorted(rows) == sorted({r for s in preempting.steps for r in [*s.tokens, *s.preempted]})
+    red = [c for c in ax.collections if tuple(c.get_edgecolor()[0][:3]) == (1.0, 0.0, 0.0)]
+    assert sum(len(c.get_segments()) for c in red) == sum(len(s.preempted) for s in preempting.steps)
+    assert fig._repr_png_().startswith(b"\x89PNG")
 
 
 def test_timeline_marks_preemptions(preempting):

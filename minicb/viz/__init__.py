@@ -13,10 +13,11 @@ from minicb.viz.loadcurve import knee, load_curve, plot_load_curve, plot_rate_sw
 from minicb.viz.playground import Playground, PlaygroundResult, PlaygroundSettings, playground_run, render_result
 from minicb.viz.seats import render_seats
 from minicb.viz.text import occupancy_chart
-from minicb.viz.timeline import latency_cdf, render_timeline
+from minicb.viz.timeline import latency_cdf, render_timeline, timeline_still
 from minicb.viz.widgets import KVBlockMap, SeatOccupancy, Timeline
 
 __all__ = ["SeatOccupancy", "KVBlockMap", "Timeline", "render_seats", "render_kv_blocks", "render_timeline",
-           "latency_cdf", "save_html", "save_gif", "save_png", "occupancy_chart", "Playground", "PlaygroundSettings",
+           "latency_cdf", "timeline_still", "save_html", "save_gif", "save_png", "occupancy_chart", "Playground",
+           "PlaygroundSettings",
            "PlaygroundResult", "playground_run", "render_result", "load_curve", "plot_load_curve", "knee",
            "plot_rate_sweep", "ServerSeats"]

@@ -111,6 +111,36 @@ def render_timeline(trace: Trace, step: int | None = None, title: str | None = N
             f'{svg(width, bottom + 46, patterns, "".join(body))}</div>')
 
 
+STILL_SHADES = {"queued": "#cccccc", "prefill": "#1f4e79", "decode": "#8db3d9"}
+
+
+def timeline_still(trace: Trace, title: str | None = None):
+    """The Timeline widget's view as a still picture, for readers without a live kernel (the widget has no image
+    export): one row per request in the widget's order, its phases across the steps, a red tick where it was
+    preempted and a diamond where its result went back."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig = image_figure(figsize=(10, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    rids = request_order(trace)
+    for row, rid in enumerate(rids):
+        phases = request_phases(trace, rid)
+        for phase, color in STILL_SHADES.items():
+            ax.broken_barh([(j, 1) for j, p in enumerate(phases) if p == phase], (row - 0.4, 0.8), color=color)
+        ax.vlines([j + 0.5 for j, s in enumerate(trace.steps) if rid in s.preempted], row - 0.5, row + 0.5,
+                  color="red", lw=2)
+        done = [j + 0.5 for j, s in enumerate(trace.steps) if rid in s.finished]
+        ax.plot(done, [row] * len(done), "kD", ms=4)
+    handles = [Patch(color=c, label=p) for p, c in STILL_SHADES.items()]
+    handles += [Line2D([], [], color="red", marker="|", ls="", ms=10, mew=2, label="preempted"),
+                Line2D([], [], color="k", marker="D", ls="", ms=4, label="result returned")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.set(yticks=range(len(rids)), yticklabels=rids, ylim=(len(rids) - 0.5, -0.5), xlabel="step", ylabel="request",
+           title=title or "")
+    return fig
+
+
 METRICS = {"e2e": "e2e_latency", "ttft": "ttft", "tpot": "tpot", "queue": "queue_time"}
 
 

@@ -1,11 +1,12 @@
 """`make lab`'s workspace: clean copies of the lessons that never spoil a prediction and never lose an edit."""
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from minicb.course.workspace import UPDATED_SUFFIX, is_answer, make_workspace
+from minicb.course.workspace import UPDATED_SUFFIX, is_answer, is_still, make_workspace
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -35,13 +36,26 @@ def test_no_cell_after_a_predict_prompt_has_an_output_in_the_workspace(tmp_path)
     assert [c.name for c in copies] == [lesson.name for lesson in LESSONS]
     for copy, lesson in zip(copies, LESSONS):
         clean, stored = json.loads(copy.read_text()), json.loads(lesson.read_text())
-        kept = [c["source"] for c in stored["cells"] if not is_answer(c)]
+        kept = [c["source"] for c in stored["cells"] if not is_answer(c) and not is_still(c)]
         assert [c["source"] for c in clean["cells"]] == kept, copy.name
         assert cells_after_predict_prompts(clean) or copy.name.startswith("00_"), f"{copy.name}: no Predict prompt"
         for cell in clean["cells"]:
             if cell["cell_type"] == "code":
                 assert cell["outputs"] == [] and cell["execution_count"] is None, (copy.name, cell["source"][:2])
         assert "widgets" not in clean["metadata"]
+
+
+def test_a_still_left_out_of_the_workspace_follows_the_widget_it_pictures():
+    """The workspace drops a widget's still picture, so the widget must be right above it: nothing else is lost."""
+    stills = 0
+    for lesson in LESSONS:
+        cells = json.loads(lesson.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            if is_still(cell):
+                stills += 1
+                above = "".join(cells[i - 1]["source"])
+                assert re.search(r"^(SeatOccupancy|KVBlockMap|Timeline)\(", above, re.MULTILINE), (lesson.name, i)
+    assert stills >= 6
 
 
 def test_a_second_run_keeps_the_learners_edit_and_offers_an_upstream_change_beside_it(tmp_path):

@@ -20,14 +20,17 @@ from pathlib import Path
 
 from minicb.course.predictions import ANSWER_TAG, WORKSPACE
 from minicb.course.predictions import WORKSPACE_MANIFEST as MANIFEST   # lesson file -> digest of the copy it was given
+
+STILL_TAG = "still"   # a code cell tagged so draws a still of the widget above it (minicb.viz's save_png and stills)
 UPDATED_SUFFIX = ".updated.ipynb"
 
 
 def clean_notebook(text: str) -> str:
-    """The notebook with every output, execution count and stored widget state removed, and the answers to
-    its predictions folded away (course.reveal shows each once the learner has predicted)."""
+    """The notebook with every output, execution count and stored widget state removed, the answers to its
+    predictions folded away (course.reveal shows each once the learner has predicted), and each widget's
+    still left out (the widget itself is there, live)."""
     notebook = json.loads(text)
-    notebook["cells"] = [cell for cell in notebook["cells"] if not is_answer(cell)]
+    notebook["cells"] = [cell for cell in notebook["cells"] if not is_answer(cell) and not is_still(cell)]
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"] = []
@@ -39,6 +42,12 @@ def clean_notebook(text: str) -> str:
 def is_answer(cell: dict) -> bool:
     """A prediction's answer (minicb.course.predictions): folded away until course.reveal shows it."""
     return any(tag.startswith(ANSWER_TAG) for tag in cell.get("metadata", {}).get("tags", []))
+
+
+def is_still(cell: dict) -> bool:
+    """A still picture of the widget just above it, for readers without a live kernel (on GitHub): the
+    workspace has a kernel, so its copy keeps the widget alone."""
+    return STILL_TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def digest(text: str) -> str:

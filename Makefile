@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab workspace test test-any-model demo soak notebooks progress serve
+.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -52,6 +52,10 @@ test: $(STAMP)
 # MINICB_DEVICE and MINICB_DTYPE pass through: on a GPU machine every lesson runs on the GPU.
 test-any-model: $(STAMP)
 	env -u MINICB_MODEL MINICB_IMPL=solutions $(PY) -m pytest tests/test_any_model.py --any-model --durations=0 -q
+
+# The same in bf16, the precision a GPU user gets, on this CPU: every lesson runs top to bottom (about 4 minutes).
+test-bf16: $(STAMP)
+	env -u MINICB_MODEL MINICB_DTYPE=bfloat16 MINICB_IMPL=solutions $(PY) -m pytest tests/test_any_model.py --any-model -q
 
 # Re-run every lesson and store its fresh outputs (after changing a lesson or the engine).
 notebooks: $(STAMP)

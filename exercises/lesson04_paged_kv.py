@@ -4,7 +4,7 @@ p % block_size of block table[p // block_size].
 
 Task 1  PagedAllocator: can_allocate, allocate, can_append, append_slots, free
                                    pytest tests/exercises -k lesson04_task1
-        (one method's checks alone: -k lesson04_task1_allocate, _append or _free; the whole allocator's:
+        (one pair of methods alone: -k lesson04_task1_allocate, _append or _free; all five together:
         -k lesson04_task1_allocator)
 Task 2  size_kv_pool (a design task)   pytest tests/exercises -k lesson04_task2
 

@@ -39,8 +39,8 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
 
 def slo_config() -> dict:
     """EngineConfig overrides that meet minicb.goodput.SloTarget() on minicb.course.slo.slo_workload(seed), for
-    the lesson's seed and for others like it. The knobs that matter: max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
-    long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s.
+    the lesson's seed and for others like it. The knobs that matter: max_num_seqs, max_num_batched_tokens,
+    enable_chunked_prefill, long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s.
 
     The test grades it on workloads from seeds you have not seen (minicb's own parts run them, so this task
     does not wait for task 1); try yours with minicb.course.slo.grade_slo(slo_config(), seed=s), the lesson's

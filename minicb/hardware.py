@@ -84,7 +84,8 @@ class ModelShape:
     def step_flops(self, num_tokens: int, context_tokens: int) -> float:
         """2 FLOPs per weight per token, and attention's (query, key) pairs estimated as context_tokens (exact
         for decodes) plus num_tokens**2 / 2 (the causal triangle, as if the new tokens were one prompt)."""
-        return 2 * self.streamed_params * num_tokens + self.attention_flops_per_pair * (context_tokens + num_tokens ** 2 / 2)
+        pairs = context_tokens + num_tokens ** 2 / 2
+        return 2 * self.streamed_params * num_tokens + self.attention_flops_per_pair * pairs
 
     def arithmetic_intensity(self, num_tokens: int, context_tokens: int) -> float:
         """FLOPs per byte read, for a step of num_tokens new tokens over context_tokens of context: below a
@@ -224,7 +225,8 @@ def roofline_notes(cost: RooflineCost, block_size: int) -> str:
             f"FLOPs / ({a.flops_efficiency:g} x peak)): weights read once per step, each sequence's KV context "
             f"read once, 2 x params FLOPs per token plus attention. A swap copy costs "
             f"{a.swap_latency_s * 1e6:g} us + KV bytes / link each way, and "
-            f"{a.block_copy_overhead_s * 1e6:g} us more per layer's K or V of a block. KV pool: {a.memory_utilization:g} of memory, "
+            f"{a.block_copy_overhead_s * 1e6:g} us more per layer's K or V of a block. "
+            f"KV pool: {a.memory_utilization:g} of memory, "
             f"less the weights and {a.activation_headroom_bytes / GB:g} GB of headroom, holds "
             f"{cost.kv_pool_blocks(block_size):,} blocks of {block_size} tokens. Assumptions: {assumptions}. "
             f"The simulator runs Bard's prompts, tokens and vocabulary; only the clock is the 8B model's.")

@@ -373,7 +373,8 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-SWAP_STUB = 'raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. Check it with: ...")'
+SWAP_STUB = ('raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. '
+             'Check it with: ...")')
 
 
 def test_an_edited_exercise_runs_in_the_same_process_without_a_restart(checkout, capsys):

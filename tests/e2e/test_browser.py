@@ -81,7 +81,8 @@ class Lab:
         self.port, self.token = free_port(), secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         home = BUILD / "jupyter"
-        env = {name: value for name, value in os.environ.items() if name != STORE_VARIABLE}   # the workspace's own store
+        # The kernels keep predictions in the workspace's own store, not in one the test process was given.
+        env = {name: value for name, value in os.environ.items() if name != STORE_VARIABLE}
         env.update(MINICB_IMPL="solutions", JUPYTER_CONFIG_DIR=str(home / "config"),
                    JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_DATA_DIR=str(home / "data"),
                    JUPYTERLAB_SETTINGS_DIR=str(home / "config" / "lab" / "user-settings"),

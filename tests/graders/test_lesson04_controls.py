@@ -206,8 +206,10 @@ def test_the_whole_allocator_contract_fails_each_parts_mistake_by_its_rule(mista
 
 @pytest.mark.parametrize("mistake,part,rule", [
     (ReturnsSharedBlocks, "free", "returned twice: it is in the prefix cache's LRU while '.' still holds it"),
-    (ZeroesTheCount, "free", r"returned twice: it is in the prefix cache's LRU while '.' still holds it \(ref count 0\)"),
-    (AppendsBeforeFull, "append", "the engine runs on your methods without an error: at step \\d+ it raised NoFreeBlocks"),
+    (ZeroesTheCount, "free",
+     r"returned twice: it is in the prefix cache's LRU while '.' still holds it \(ref count 0\)"),
+    (AppendsBeforeFull, "append",
+     "the engine runs on your methods without an error: at step \\d+ it raised NoFreeBlocks"),
 ])
 def test_the_engine_with_prefix_caching_fails_a_mistake_by_what_it_did(mistake, part, rule):
     with pytest.raises(AssertionError, match=rule):

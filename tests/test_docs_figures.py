@@ -246,9 +246,9 @@ FIGURES = [
            "over = make_workload(2_000", "200 req/s: … seats busy {u}% over the run, 100% while one waited; {rate} "
            "req/s served"),
     Figure(L02, "continuous batching keeps {c}% of the seats busy; static batching keeps {s}%", L02,
-           "t.seat_utilization_while_queued", "static a request waited after {sq}% of the steps; seats busy: {su}% over "
-           "the run, {s}% while one waited continuous a request waited after {cq}% of the steps; seats busy: {cu}% "
-           "over the run, {c}% while one waited"),
+           "summary['seat_utilization_while_queued']", "static a request waited after {sq}% of the steps; seats "
+           "busy: {su}% over the run, {s}% while one waited continuous a request waited after {cq}% of the steps; "
+           "seats busy: {cu}% over the run, {c}% while one waited"),
     # lesson 10
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),

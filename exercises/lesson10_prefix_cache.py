@@ -39,9 +39,11 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: bytes | None
        `parent`). Equal blocks after different prefixes, or at different places, get different names.
     3. Naming in pieces gives what naming in one go gives: for a prefix `a` of whole blocks,
        block_hashes(a + b, n) == block_hashes(a, n) + block_hashes(b, n, parent=block_hashes(a, n)[-1]).
-    4. The format, which every minicb engine shares (the pool checks each cached block's name against
-       it): a name is the 32-byte SHA-256 digest of one byte string, the parent's name (empty for None)
-       and then the block's ids, each as 4 bytes, unsigned, little-endian.
+    4. A name is bytes, of one length for every block (the pool keeps one per cached block, however long
+       its prefix), at least 16 bytes. Rule 2 must hold for any ids below 2**32, against a user who
+       chooses them: a prompt crafted to share a name with another user's prefix would read that user's
+       K/V. vLLM had that bug (advisory GHSA-rm76-4mrf-v9r8), and so did Megatron-LM (PR #4158).
+    How a name is made is yours to decide. The tests try ids chosen to make names collide.
     """
     raise NotImplementedError("Lesson 10, task 1: block_hashes: the chain hash of each full block. "
                               "Check it with: pytest tests/exercises -k lesson10_task1")

@@ -146,7 +146,8 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
                  max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator,
-                 choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None):
+                 choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None,
+                 name_blocks: Callable[..., list[bytes]] = block_hashes):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -163,6 +164,7 @@ class BlockManager:
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
         self._prefix_hits: dict[str, list[int]] = {}   # sequence -> the cached blocks its allocate starts with
         self.choose_eviction = choose_eviction   # which evictable block goes first; None: the least recently used
+        self.name_blocks = name_blocks   # the engine's block naming (lesson 10): each cached name is checked against it
         self.block_stats: dict[int, CachedBlock] = {}   # cached block -> what an eviction policy may know of it
         self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
 
@@ -444,8 +446,8 @@ class BlockManager:
 
     def _check_prefix_cache(self, free: set[int]) -> None:
         """Prefix caching's rules (check_invariants has checked that every block is in one place: free
-        list, LRU, or tables): names map both ways, and each name is the chain hash of the tokens the
-        block was named from."""
+        list, LRU, or tables): names map both ways, and each name is the one the engine's naming gives the
+        tokens the block was cached with, after its parent's name."""
         evictable = set(self.evictable)
         both = sorted(evictable & free)
         assert not both, f"blocks {both} are evictable and also free: one place per block"
@@ -458,17 +460,24 @@ class BlockManager:
             self.block_hash.get(block) == h for h, block in self.cached.items()), "cached and block_hash disagree"
         for block, h in self.block_hash.items():
             parent, token_ids = self.block_origin[block]
-            assert block_hashes(token_ids, self.block_size, parent) == [h], (
-                f"block {block}'s prefix hash is not the chain hash of the tokens it was cached with")
+            assert self.name_blocks(token_ids, self.block_size, parent) == [h], (
+                f"block {block}'s prefix hash is not the name block_hashes gives the tokens it was cached with")
 
-    def check_cached_content(self, seq_id: str, token_ids: list[int]) -> None:
-        """Every cached block in seq_id's table was cached with the tokens the sequence has there: a
-        block whose slots were overwritten under its old name fails (a hit would read another prompt)."""
+    def check_cached_content(self, seq_id: str, token_ids: list[int], names: list[bytes]) -> None:
+        """Every cached block in seq_id's table was cached for the prefix the sequence has there: the same
+        tokens in the block, after the same names (`names`, the sequence's own block names). Block by block
+        from the start, that is the whole prefix, whatever the naming: a block whose slots were overwritten
+        under its old name fails, and so does a name that two different prefixes share (a hit would read
+        another prompt's K/V)."""
         size = self.block_size
-        for i, block in enumerate(self.tables.get(seq_id, [])):
+        for i, block in enumerate(self.tables.get(seq_id, [])[:len(names)]):
             if block in self.block_origin:
-                assert self.block_origin[block][1] == token_ids[i * size:(i + 1) * size], (
+                parent, cached_ids = self.block_origin[block]
+                assert cached_ids == token_ids[i * size:(i + 1) * size], (
                     f"{seq_id!r}'s block {i} (block {block}) is cached under other tokens than the sequence's")
+                assert parent == (names[i - 1] if i else None) and self.block_hash[block] == names[i], (
+                    f"{seq_id!r}'s block {i} (block {block}) was cached after another prefix than the sequence's, "
+                    "under the same name: block_hashes gave two different prefixes one name")
 
     def _release(self, blocks: list[int]) -> None:
         for block in blocks:

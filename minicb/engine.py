@@ -102,7 +102,8 @@ class LLMEngine:
                           f"early with finish_reason 'length'. Raise {c.pool_knob}, or set max_model_len <= "
                           f"{max_seq_tokens}", PoolTooSmallWarning, stacklevel=stacklevel_outside_minicb())
         kv = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len, num_swap_blocks,
-                          allocator=parts.allocator, choose_eviction=parts.choose_eviction)
+                          allocator=parts.allocator, choose_eviction=parts.choose_eviction,
+                          name_blocks=parts.block_hashes)
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         outputs = OutputProcessor(self.tokenizer, self.runner.config.eos_token_ids, self.max_model_len,
                                   max_seq_tokens, detokenize=not c.simulate)

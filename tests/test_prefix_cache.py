@@ -170,10 +170,22 @@ def test_the_invariants_catch_a_planted_bug(bug):
 
 
 def test_cached_content_must_match_the_sequences_tokens():
-    bm, tokens, _ = cached_manager()
-    bm.check_cached_content("a", tokens)
+    bm, tokens, hashes = cached_manager()
+    bm.check_cached_content("a", tokens, hashes)
     with pytest.raises(AssertionError, match="cached under other tokens"):
-        bm.check_cached_content("a", [11, 12, 99, 14, 15])
+        bm.check_cached_content("a", [11, 12, 99, 14, 15], hashes)
+
+
+def test_a_name_two_prefixes_share_is_caught_where_it_is_used():
+    """b's second block equals a's, after another first block. A naming that forgets the parent names it as a's:
+    b's hit on it passes the token check and fails the prefix check."""
+    bm, tokens, hashes = cached_manager()
+    other = [99, 12, 13, 14]
+    bm.set_prefix_hit("b", [bm.tables["a"][1]])
+    bm.allocate("b", 4)
+    bm.tables["b"][0], bm.tables["b"][1] = bm.tables["b"][1], bm.tables["b"][0]   # the shared block at b's place 1
+    with pytest.raises(AssertionError, match="cached after another prefix than the sequence's, under the same name"):
+        bm.check_cached_content("b", other, [block_hashes(other[:2], 2)[0], hashes[1]])
 
 
 # --- the engine ----------------------------------------------------------------------------------

@@ -154,4 +154,4 @@ class SchedulerBase(ABC):
             assert held == req.num_computed_tokens, (
                 f"{req.request_id!r} holds KV slots for {held} tokens but has computed {req.num_computed_tokens}")
             if self.kv.block_origin:
-                self.kv.check_cached_content(req.request_id, req.all_token_ids)
+                self.kv.check_cached_content(req.request_id, req.all_token_ids, req.block_hashes)

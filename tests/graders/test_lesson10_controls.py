@@ -3,12 +3,15 @@
 with that rule named; the reference passes every check."""
 from __future__ import annotations
 
+import hashlib
+import struct
+
 import pytest
 from _pytest.outcomes import Failed
 
 from test_lesson10_prefix_cache import (
-    check_block_zero, check_engine, check_equal_names_iff_equal_prefixes, check_eviction_beats_lru,
-    check_eviction_contract, check_format, check_full_blocks_only, check_lookup, check_pieces, check_read_only,
+    check_block_zero, check_chosen_ids, check_engine, check_equal_names_iff_equal_prefixes, check_eviction_beats_lru,
+    check_eviction_contract, check_full_blocks_only, check_lookup, check_pieces, check_read_only,
     check_the_parent_counts)
 
 from minicb import course
@@ -43,9 +46,56 @@ def ignores_the_parent(token_ids, block_size, parent=None):
     return block_hashes(token_ids, block_size)
 
 
-def hex_names(token_ids, block_size, parent=None):
-    """Returns the hex of each digest, as bytes: 64 of them, not 32."""
-    return [h.hex().encode() for h in block_hashes(token_ids, block_size, parent)]
+def chained(name_one_block):
+    """A block_hashes that names each full block by name_one_block(parent's name or b"", its ids), in a chain."""
+    def block_hashes_by(token_ids, block_size, parent=None):
+        names = []
+        for k in range(0, len(token_ids) - block_size + 1, block_size):
+            parent = name_one_block(parent or b"", token_ids[k:k + block_size])
+            names.append(parent)
+        return names
+    block_hashes_by.__name__, block_hashes_by.__doc__ = name_one_block.__name__, name_one_block.__doc__
+    return block_hashes_by
+
+
+@chained
+def runs_the_digits_together(parent, block):
+    """sha256 of the parent and the ids written as decimal text, with no separator."""
+    return hashlib.sha256(parent + "".join(map(str, block)).encode()).digest()
+
+
+@chained
+def cuts_ids_to_a_byte(parent, block):
+    """sha256 of the parent and the ids as bytes(id % 256): a 49,152-token vocabulary does not fit."""
+    return hashlib.sha256(parent + bytes(t % 256 for t in block)).digest()
+
+
+@chained
+def cuts_ids_to_two_bytes(parent, block):
+    """sha256 of the parent and the ids as unsigned shorts, masked to fit."""
+    return hashlib.sha256(parent + struct.pack(f"<{len(block)}H", *(t & 0xFFFF for t in block))).digest()
+
+
+@chained
+def polynomial_in_base_31(parent, block):
+    """A rolling hash, h * 31 + id, carried through the chain in 128 bits."""
+    h = int.from_bytes(parent, "little")
+    for t in block:
+        h = (h * 31 + t) % 2**128
+    return h.to_bytes(16, "little")
+
+
+@chained
+def pythons_hash(parent, block):
+    """Python's hash() of (parent, ids), as 8 bytes: fast, and 64 bits."""
+    return hash((parent, tuple(block))).to_bytes(8, "little", signed=True)
+
+
+@chained
+def keeps_the_whole_prefix(parent, block):
+    """Names a block by its parent's name followed by a digest of its own ids: no collision, and no bound on its
+    size."""
+    return parent + hashlib.sha256(struct.pack(f"<{len(block)}I", *block)).digest()
 
 
 # --- task 1, longest_cached_prefix ------------------------------------------------------------------------
@@ -97,12 +147,16 @@ def evicts_the_deepest(candidates):
 
 CONTROLS = [
     (names_each_block_alone, check_equal_names_iff_equal_prefixes, "rule 2: equal names if and only if equal prefixes"),
-    (names_each_block_alone, check_format, "rule 4: the format"),
     (ignores_order_within_a_block, check_equal_names_iff_equal_prefixes, "rule 2: equal names if and only if"),
     (names_the_partial_block, check_full_blocks_only, "rule 1: only full blocks are named"),
     (ignores_the_parent, check_the_parent_counts, "rule 2: the parent is part of the prefix"),
     (ignores_the_parent, check_pieces, "rule 3: naming in pieces gives what naming in one go gives"),
-    (hex_names, check_full_blocks_only, r"rule 4: a list of sha256 digests, 32 bytes each"),
+    (runs_the_digits_together, check_chosen_ids, "decimal digits, run together"),
+    (cuts_ids_to_a_byte, check_chosen_ids, "ids cut to one byte"),
+    (cuts_ids_to_two_bytes, check_chosen_ids, "ids cut to two bytes"),
+    (polynomial_in_base_31, check_chosen_ids, "a polynomial hash in base 31"),
+    (pythons_hash, check_full_blocks_only, "rule 4: a name has at least 16 bytes"),
+    (keeps_the_whole_prefix, check_chosen_ids, "rule 4: a name has one length for every block"),
     (counts_every_cached_hash, check_lookup, "rule 1: every block of the hit is cached"),
     (stops_one_early, check_lookup, "rule 2: the hit is as long as the cache allows"),
     (takes_block_0_for_missing, check_block_zero, "rule 3: presence is membership"),
@@ -122,7 +176,7 @@ def test_a_plausible_mistake_fails_the_rule_it_breaks(wrong, check, rule):
 
 
 REFERENCE = {block_hashes: (check_full_blocks_only, check_equal_names_iff_equal_prefixes, check_the_parent_counts,
-                            check_pieces, check_format),
+                            check_pieces, check_chosen_ids),
              longest_cached_prefix: (check_lookup, check_block_zero, check_read_only),
              reference_eviction: (check_eviction_contract, check_eviction_beats_lru)}
 
@@ -132,6 +186,23 @@ REFERENCE = {block_hashes: (check_full_blocks_only, check_equal_names_iff_equal_
 def test_the_reference_passes(reference, check):
     """Without this, a check that fails everything would pass every control."""
     check(reference)
+
+
+@chained
+def blake2b_of_the_repr(parent, block):
+    """A naming of a learner's own, unlike minicb's: a 16-byte BLAKE2b of the parent and repr(block)."""
+    return hashlib.blake2b(parent + repr(block).encode(), digest_size=16).digest()
+
+
+@pytest.mark.parametrize("check", REFERENCE[block_hashes], ids=lambda c: c.__name__)
+def test_a_naming_unlike_minicbs_that_keeps_the_contract_passes(check):
+    """How a name is made is the learner's decision: the checks must not ask for minicb's format."""
+    check(blake2b_of_the_repr)
+
+
+@pytest.mark.parametrize("engine", ["roomy", "chunked"])
+def test_a_naming_unlike_minicbs_serves_as_minicbs_does(engine):
+    check_engine(EngineParts(block_hashes=blake2b_of_the_repr), engine)
 
 
 def test_least_recently_used_as_a_policy_is_the_default():
@@ -154,6 +225,7 @@ def test_a_lookup_that_counts_past_a_gap_fails_in_the_engine():
 
 
 def test_an_unchained_name_fails_in_the_engine():
-    """Equal blocks after different prefixes share one name: the pool's check of each cached block's name fails."""
-    with pytest.raises(AssertionError, match="prefix hash is not the chain hash of the tokens it was cached with"):
+    """Equal blocks after different prefixes share one name: where a request reuses such a block after its own,
+    different, first block, the scheduler's check of the prefix a cached block was cached for fails."""
+    with pytest.raises(AssertionError, match="block_hashes gave two different prefixes one name"):
         check_engine(EngineParts(block_hashes=names_each_block_alone), "roomy")

@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minicb.model.loader import BARD_PATH
+from minicb.near_tie import compare_greedy_runs, top2_gaps
 
 # Hypothesis profiles: "fast" for `make test` (derandomized: the same examples every run, so CI
 # cannot flake), "soak" for `make soak` (--hypothesis-profile=soak; random, 50x more).
@@ -216,26 +217,14 @@ def count_near_ties(runner, prompt_ids: list[list[int]], got: list[list[int]], w
     """How many of `got` diverge from `want`, the reference's greedy tokens for the same prompts. Each
     divergence must start where the reference's top-2 logit gap (after prompt + want's tokens so far,
     prefilled alone on `runner`) is below `bound`; anywhere else it is a bug, and this fails saying so."""
-    near_ties = 0
-    for ids, g, w in zip(prompt_ids, got, want):
-        if g == w:
-            continue
-        step = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
-        assert step < min(len(g), len(w)), f"{what} made {len(g)} tokens where the reference made {len(w)}"
-        gap = top2_gap(runner, ids + w[:step])
-        assert gap < bound, f"{what} diverged from the reference at token {step}, top-2 gap {gap:.2e}: a bug"
-        near_ties += 1
-    return near_ties
+    result = compare_greedy_runs(runner, prompt_ids, got, want, bound)
+    assert result.ok, f"{what} against the reference: {result}"
+    return len(result.near_ties)
 
 
 def top2_gap(runner, token_ids: list[int]) -> float:
     """The gap between the two best next-token logits after token_ids, prefilled alone."""
-    from minicb.batch import FlatBatch, SequenceChunk
-
-    blocks = list(range(-(-len(token_ids) // runner.block_size)))
-    logits = runner.logits(FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size))[0]
-    top = logits.topk(2).values
-    return float(top[0] - top[1])
+    return top2_gaps(runner, token_ids)[-1]
 
 
 def recording_engine(**config):

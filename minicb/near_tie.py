@@ -1,0 +1,73 @@
+"""Telling a bug from a near-tie when two greedy runs of the same prompts disagree.
+
+A row of `x @ W` computed inside a batch is not bitwise the row computed alone, so a batched run and a
+solo run may differ in the last bits of their logits. Where the best two next-token logits are that
+close, greedy decoding may pick either, and the two runs part ways from there: a near-tie, not a bug.
+Anywhere else a divergence is a bug. compare_greedy_runs says which, run by run: it finds where each pair of
+runs first differs and asks the reference model how close its choice was there.
+
+How close counts as a near-tie depends on the dtype: fp32 logits differ in their last bits (about 1e-6
+of their size), bf16 ones by whole units of its 8-bit mantissa (0.0625 at a logit of 10), so the bound
+is NEAR_TIE_BOUND[dtype].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from minicb.batch import FlatBatch, SequenceChunk
+
+NEAR_TIE_BOUND = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 0.25}
+
+
+def top2_gaps(runner, token_ids: list[int]) -> list[float]:
+    """The gap between the two best next-token logits after every prefix of token_ids (entry i: after
+    token_ids[:i + 1]), from one prefill of token_ids alone on `runner`, read in fp32."""
+    blocks = list(range(-(-len(token_ids) // runner.block_size)))
+    batch = FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
+    batch.logits_indices = torch.arange(len(token_ids), device=runner.device)   # every row's logits, not the last's
+    top = runner.logits(batch).float().topk(2, dim=-1).values   # (T, 2)
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
+@dataclass
+class GreedyComparison:
+    """How runs compare with their references: `same` match token for token; the others first differ at a
+    step (run index, step, the reference's top-2 gap there), below the bound (near_ties) or not (bugs)."""
+    runs: int
+    bound: float
+    same: int = 0
+    near_ties: list[tuple[int, int, float]] = field(default_factory=list)
+    bugs: list[tuple[int, int, float]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bugs
+
+    def __str__(self) -> str:
+        if self.same == self.runs:
+            return f"all {self.runs} token for token"
+        text = (f"{self.same} of {self.runs} token for token, {len(self.near_ties)} part at a near-tie (top-2 gap "
+                f"below {self.bound:g})")
+        if self.bugs:
+            run, step, gap = self.bugs[0]
+            text += f", {len(self.bugs)} elsewhere: a bug (run {run} at token {step}, top-2 gap {gap:.3g})"
+        return text
+
+
+def compare_greedy_runs(runner, prompt_ids: list[list[int]], got: list[list[int]], want: list[list[int]],
+                   bound: float | None = None) -> GreedyComparison:
+    """Compare greedy runs `got` with the reference runs `want` of the same prompts. Where a pair first
+    differs, the reference's top-2 gap there (prompt and want's tokens so far, prefilled alone on `runner`)
+    decides: below `bound` (by default NEAR_TIE_BOUND of the runner's dtype) a near-tie, else a bug. A run
+    shorter or longer than its reference, where both agree, is a bug at the shorter one's end."""
+    result = GreedyComparison(len(want), NEAR_TIE_BOUND[runner.dtype] if bound is None else bound)
+    for run, (ids, g, w) in enumerate(zip(prompt_ids, got, want, strict=True)):
+        if g == w:
+            result.same += 1
+            continue
+        step = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+        gap = top2_gaps(runner, ids + w[:step])[-1] if step < min(len(g), len(w)) else float("inf")
+        (result.near_ties if gap < result.bound else result.bugs).append((run, step, gap))
+    return result

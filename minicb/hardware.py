@@ -130,7 +130,7 @@ class RooflineAssumptions:
     #                                  kernel launches; a server with CUDA graphs for decode (vLLM V1) is near 1 ms,
     #                                  eager-mode servers paid several
     swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer, the DMA
-    #                                  setup and the wait before its blocks are reused (lesson 06 uses 0.1 ms for both)
+    #                                  setup and the wait before its blocks are reused (lesson 06b uses 0.1 ms for both)
     block_copy_overhead_s: float = 0.0   # per contiguous piece a swap copies (one layer's K or V of one block),
     #                                  beyond its bytes. 0: a victim's blocks move as one batched copy, as vLLM's
     #                                  later swap kernels do (PRs #11531, #38460). About 1e-5 when each piece is a

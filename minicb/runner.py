@@ -154,7 +154,7 @@ GREEDY = SamplingParams(temperature=0.0)
 
 def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:
     """Time prefills at three lengths (up to `longest`, within the KV pool) and block copies of two
-    sizes on the runner's device, and fit PreemptionCost by least squares. Lesson 06 uses it to find
+    sizes on the runner's device, and fit PreemptionCost by least squares. Lesson 06b uses it to find
     the crossover. The runner needs a swap pool (num_swap_blocks > 0)."""
     bs = runner.block_size
     longest = min(longest, runner.num_blocks * bs, runner.config.max_model_len - 1)

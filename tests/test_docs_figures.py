@@ -32,8 +32,8 @@ L00, L01, L02, L03, L04 = (f"notebooks/{n}.ipynb" for n in (
     "00_setup_and_model", "01_static_batching", "02_continuous_batching", "03_selective_batching",
     "04_paged_kv_cache"))
 L05, L09 = "notebooks/05_triton_attention.ipynb", "notebooks/09_serving.ipynb"
-L06, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
-    "06_preemption", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
+L06, L06B, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
+    "06_preemption", "06b_preemption_costs", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
 BENCH = "bench/README.md"
 CHEATSHEET, GLOSSARY, WORKSHOP = "docs/CHEATSHEET.md", "docs/GLOSSARY.md", "docs/WORKSHOP.md"
 
@@ -54,15 +54,19 @@ class Figure:
 
 # Cells found by what their code does.
 A_D = "utilization = {useful}/{total}"                       # lesson 01's worked example
-TAIL = "tail_work = make_workload"                          # lesson 06 §4: the ample pool against 86 blocks
+TAIL = "tail_work = make_workload"                          # lesson 06b §2: the ample pool against 86 blocks
 TAIL_SHOWN = ("ample pool 0 {a50} s {a99} s {tpot_a50} ms {tpot_a99} ms 86 blocks {pre} {b50} s {b99} s "
               "{tpot_b50} ms {tpot_b99} ms")
-HIT = "hit = [i for i, o in enumerate(small)"                 # lesson 06 §4: who was preempted
+HIT = "hit = [i for i, o in enumerate(small)"                 # lesson 06b §2: who was preempted
 HIT_SHOWN = ("{n_hit} of 400 requests were preempted at least once, up to {max_pre} times … median {med}x, "
              "90th percentile {p90}x, worst {worst}x never preempted {n_never} requests: latency p50 {never50} s, "
              "p99 {never99} s preempted {n_pre} requests: latency p50 {pre50} s, p99 {pre99} s of the 4 slowest "
              "requests (the p99 tail), {k4} were preempted of the 20 slowest requests (the p95 tail), {k20} were")
-SEATS = "for seats in (4, 8, 16, 32, 64)"                      # lesson 06 §5
+PRESSED = "pressed = course.engine(lesson=6"                  # lesson 06 §1: ten requests on 16 blocks
+PRESSED_SHOWN = "10 requests in {steps} steps; {pre} preemptions (step, request preempted): [({first}, '8'),"
+AUTO = 'auto = course.engine(lesson=6'                        # lesson 06 §2: recompute or swap, by the toy cost model
+AUTO_SHOWN = "preemptions: {pre}: swapped out {swapped}, recomputed {recomputed};"
+SEATS = "for seats in (4, 8, 16, 32, 64)"                      # lesson 06b §3
 SEATS_SHOWN = ("4 {pre4} {tps4} {p50_4} s {p99_4} s 8 {pre8} {tps8} {p50_8} s {p99_8} s 16 {pre16} {tps16} "
                "{p50_16} s {p99_16} s 32 {pre32} {tps32} {p50_32} s {p99_32} s 64 {pre64} {tps64} {p50_64} s "
                "{p99_64} s")
@@ -101,7 +105,7 @@ FIGURES = [
     Figure(CHEATSHEET, "`max_queue_delay_s=0.5` rejected {rejected1} of {sent} and raised goodput from {g0} to "
            "{g1} req/s", L07, OVERLOAD, OVERLOAD_SHOWN),
     Figure(CHEATSHEET, "a too-small pool ({pre} preemptions) moved e2e p50 {a50} → {b50} s but p99 {a99} → {b99} s",
-           L06, TAIL, TAIL_SHOWN),
+           L06B, TAIL, TAIL_SHOWN),
     Figure(CHEATSHEET, "static {static}% vs continuous {cont}% (bench/README.md)", BENCH, None,
            "| static (finished rows idle) | … | … | {static}% | 0 | | continuous | … | … | {cont}% |"),
     Figure(CHEATSHEET, "contiguous fits {contiguous} sequences where paged fits {paged}", L04, "def kv_run",
@@ -165,41 +169,50 @@ FIGURES = [
     Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
            "one call over the batch is {x}x faster"),
     # lesson 06
-    Figure(L06, "at 256 tokens recomputing took tens of milliseconds against about one for the swap ({re} ms against "
-           "{swap} ms, {x}x)", L06, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
-           {"x": lambda g: g["re"] / g["swap"]}),
-    Figure(L06, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06, TAIL,
-           TAIL_SHOWN),
-    Figure(L06, "p99, by far: it went from {a99} s to {b99} s ({x}x) while p50 went from {a50} s to {b50} s ({pct}%)",
-           L06, TAIL, TAIL_SHOWN, {"x": lambda g: g["b99"] / g["a99"], "pct": lambda g: 100 * (g["b50"] / g["a50"] - 1)}),
-    Figure(L06, "The worst-hit preempted request was {worst}x slower than with the ample pool (the median one {med}x, "
-           "one in ten {p90}x or worse), and the preempted requests are the tail: all {k4} of the 4 slowest, all {k20} "
-           "of the 20 slowest", L06, HIT, HIT_SHOWN),
-    Figure(L06, "the first victim again the next time the pool runs out: up to {max_pre} times here", L06, HIT, HIT_SHOWN),
-    Figure(L06, "the per-token p99 more than doubles too ({tpot_a99} to {tpot_b99} ms)", L06, TAIL, TAIL_SHOWN),
-    Figure(L06, "The {n_never} requests never preempted nearly kept their median ({never50} s", L06, HIT, HIT_SHOWN),
-    Figure(L06, "lost less at p99 ({never99} s: … the {n_pre} preempted ones have a median of {pre50} s and a p99 of "
-           "{pre99} s", L06, HIT, HIT_SHOWN),
-    Figure(L06, "32: {tps32} tok/s, the most, with {pre32} preemptions. 64 seats serve fewer ({tps64} tok/s) at a worse "
-           "p99 ({p99_64} s against {p99_32} s): their {pre64} preemptions", L06, SEATS, SEATS_SHOWN),
-    Figure(L06, "({tps4}, {tps8}, {tps16}, {tps32} tok/s); p99 fell up to 16 seats ({p99_4}, {p99_8}, {p99_16} s) and "
-           "then stayed flat ({p99_32} s at 32), while the median kept falling ({p50_16} s to {p50_32} s)",
-           L06, SEATS, SEATS_SHOWN),
-    Figure(L06, "a too-small pool (86 blocks, {pre} preemptions) moved the latency p50 from {a50} s to {b50} s but p99 "
-           "from {a99} s to {b99} s", L06, TAIL, TAIL_SHOWN),
-    Figure(L06, "preempted requests ran up to {worst}x slower than with an ample pool, and all {k20} of the 20 slowest "
-           "were preempted", L06, HIT, HIT_SHOWN),
-    Figure(L06, "(the 7B at 400 TFLOP/s: never on PCIe 3.0 or 4.0, from {a5} tokens on 5.0)", L06,
-           "crossover_table(RooflineCost(", "PCIe 3.0 x16, 12 GB/s never never {c3} never PCIe 4.0 x16, 25 GB/s never "
-           "never {c4} {d4} PCIe 5.0 x16, 50 GB/s {a5} never {c5} {d5}"),
-    Figure(L06, "with a copy per piece (the last line), recompute wins in every case", L06,
-           "crossover_table(RooflineCost(", "swapping is cheaper within the model's context in 0 of these 12 cases"),
+    Figure(L06, "**(b)**: {pre} preemptions, of … it first runs out at step {first},", L06, PRESSED, PRESSED_SHOWN),
+    Figure(L06, "**(b)**: {swapped} of the {pre} victims were swapped and {recomputed} recomputed", L06, AUTO,
+           AUTO_SHOWN),
+    Figure(L06, "victim, at step {first}, a few steps after it started", L06, PRESSED, PRESSED_SHOWN),
     Figure(L06, "(up to {swapped} at once here)", L06, "from itertools import accumulate",
            "swapped at most {swapped}"),
     Figure(L06, "Both runs preempt {pre} times in {steps} steps", L06, "from itertools import accumulate",
            "recompute ({steps} steps, {pre} preemptions)"),
+    Figure(L06, "**(b)**: {pre} each, in {steps} steps each", L06, "from itertools import accumulate",
+           "swap ({steps} steps, {pre} preemptions): … recompute ({steps__2} steps, {pre__2} preemptions)"),
+    # lesson 06b
+    Figure(L06B, "at 256 tokens recomputing took tens of milliseconds against a millisecond or two for the swap "
+           "({re} ms against {swap} ms, {x}x)", L06B, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
+           {"x": lambda g: g["re"] / g["swap"]}),
+    Figure(L06B, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06B, TAIL,
+           TAIL_SHOWN),
+    Figure(L06B, "p99, by far: it went from {a99} s to {b99} s ({x}x) while p50 went from {a50} s to {b50} s ({pct}%)",
+           L06B, TAIL, TAIL_SHOWN,
+           {"x": lambda g: g["b99"] / g["a99"], "pct": lambda g: 100 * (g["b50"] / g["a50"] - 1)}),
+    Figure(L06B, "The worst-hit preempted request was {worst}x slower than with the ample pool (the median one {med}x, "
+           "one in ten {p90}x or worse), and the preempted requests are the tail: all {k4} of the 4 slowest, all {k20} "
+           "of the 20 slowest", L06B, HIT, HIT_SHOWN),
+    Figure(L06B, "the first victim again the next time the pool runs out: up to {max_pre} times here", L06B, HIT,
+           HIT_SHOWN),
+    Figure(L06B, "the per-token p99 more than doubles too ({tpot_a99} to {tpot_b99} ms)", L06B, TAIL, TAIL_SHOWN),
+    Figure(L06B, "The {n_never} requests never preempted nearly kept their median ({never50} s", L06B, HIT, HIT_SHOWN),
+    Figure(L06B, "lost less at p99 ({never99} s: … the {n_pre} preempted ones have a median of {pre50} s and a p99 of "
+           "{pre99} s", L06B, HIT, HIT_SHOWN),
+    Figure(L06B, "32: {tps32} tok/s, the most, with {pre32} preemptions. 64 seats serve fewer ({tps64} tok/s) at a "
+           "worse p99 ({p99_64} s against {p99_32} s): their {pre64} preemptions", L06B, SEATS, SEATS_SHOWN),
+    Figure(L06B, "({tps4}, {tps8}, {tps16}, {tps32} tok/s); p99 fell up to 16 seats ({p99_4}, {p99_8}, {p99_16} s) and "
+           "then stayed flat ({p99_32} s at 32), while the median kept falling ({p50_16} s to {p50_32} s)",
+           L06B, SEATS, SEATS_SHOWN),
+    Figure(L06B, "a too-small pool (86 blocks, {pre} preemptions) moved the latency p50 from {a50} s to {b50} s but "
+           "p99 from {a99} s to {b99} s", L06B, TAIL, TAIL_SHOWN),
+    Figure(L06B, "preempted requests ran up to {worst}x slower than with an ample pool, and all {k20} of the 20 "
+           "slowest were preempted", L06B, HIT, HIT_SHOWN),
+    Figure(L06B, "(the 7B at 400 TFLOP/s: never on PCIe 3.0 or 4.0, from {a5} tokens on 5.0)", L06B,
+           "crossover_table(RooflineCost(", "PCIe 3.0 x16, 12 GB/s never never {c3} never PCIe 4.0 x16, 25 GB/s never "
+           "never {c4} {d4} PCIe 5.0 x16, 50 GB/s {a5} never {c5} {d5}"),
+    Figure(L06B, "with a copy per piece (the last line), recompute wins in every case", L06B,
+           "crossover_table(RooflineCost(", "swapping is cheaper within the model's context in 0 of these 12 cases"),
     # lesson 07
-    Figure(L07, "with a pool too small, p99 grew {x}x while p50 grew {pct}%", L06, TAIL, TAIL_SHOWN,
+    Figure(L07, "with a pool too small, p99 grew {x}x while p50 grew {pct}%", L06B, TAIL, TAIL_SHOWN,
            {"x": lambda g: g["b99"] / g["a99"], "pct": lambda g: 100 * (g["b50"] / g["a50"] - 1)}),
     Figure(L07, "With 64 seats, lower: {p64_99} ms against {d64_99} ms (and {p64_50} against {d64_50} ms at p50), paid "
            "by the streams (TPOT p99 {p64_tpot99} against {d64_tpot99} ms, ITL p99 {p64_itl} against {d64_itl} ms)",

@@ -94,7 +94,7 @@ def test_a_prediction_and_its_reveal_are_kept_and_counted(store, capsys):
     predict("01.padding_share", "c")
     assert reveal("01.padding_share", np.float32(0.5)) is True   # a numpy scalar is stored as a number
     assert json.loads(store.read_text())["01.padding_share"]["measured"] == 0.5
-    assert lesson_counts(json.loads(store.read_text()))[1] == (3, 3, 2)
+    assert lesson_counts(json.loads(store.read_text()))["01"] == (3, 3, 2)
 
 
 def test_no_prediction_is_said_and_nothing_recorded(store, capsys):

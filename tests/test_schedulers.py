@@ -400,7 +400,7 @@ def test_auto_mode_follows_the_cost_model(tiny_checkpoint, crossover, expect_swa
 def test_measured_preemption_cost_is_sane(tiny_checkpoint):
     """Only what holds however loaded the machine is: every price positive and growing with the context
     (the fit clamps its coefficients at 0), and the choice's ranges describe these prices exactly. Where
-    recompute and swap cross depends on the timings, so it is shown in lesson 06 and bench/, not asserted."""
+    recompute and swap cross depends on the timings, so it is shown in lesson 06b and bench/, not asserted."""
     from minicb.runner import measure_preemption_cost
 
     engine = make_engine(tiny_checkpoint, num_blocks=64, preemption_mode="swap", swap_space_mb=1)

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minicb.course.workspace import UPDATED_SUFFIX, is_answer, is_still, make_workspace
+from minicb.course.workspace import UPDATED_SUFFIX, is_answer, is_still, lesson_files, make_workspace
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+LESSONS = lesson_files(NOTEBOOKS)
 
 
 def cells_after_predict_prompts(notebook: dict) -> list[dict]:

@@ -107,10 +107,13 @@ PREDICTIONS: dict[str, Prediction] = {
     "05.loop_speedup": Prediction({"a": 1, "b": 3, "c": 30}, unit="×", log=True),
     "05.tiles_computed": Prediction({"a": 6, "b": 9, "c": 11}, unit="tiles"),
     "05.rescales": Prediction({"a": "never", "b": "at one of the two later tiles", "c": "at both"}),
-    "06.swap_from": Prediction({"a": "never: recompute always wins", "b": "from about 1,000 tokens",
-                                "c": "from about 100 tokens", "d": "from 0 tokens: swap always wins"}),
-    "06.worst_slowdown": Prediction({"a": 1.2, "b": 2, "c": 5}, unit="×", log=True),
-    "06.best_seats": Prediction({"a": 16, "b": 32, "c": 64}, unit="seats", log=True),
+    "06.preemptions": Prediction({"a": 1, "b": 10, "c": 50}, unit="preemptions", log=True),
+    "06.auto_swaps": Prediction({"a": "none: every victim is still short", "b": "some, not all", "c": "all of them"}),
+    "06.swap_preemptions": Prediction({"a": "fewer times", "b": "as many times", "c": "more times"}),
+    "06b.swap_from": Prediction({"a": "never: recompute always wins", "b": "from about 1,000 tokens",
+                                 "c": "from about 100 tokens", "d": "from 0 tokens: swap always wins"}),
+    "06b.worst_slowdown": Prediction({"a": 1.2, "b": 2, "c": 5}, unit="×", log=True),
+    "06b.best_seats": Prediction({"a": 16, "b": 32, "c": 64}, unit="seats", log=True),
     "07.first_token_p99": Prediction({"a": "lower", "b": "about the same", "c": "higher"}),
     "07.chunked_itl": Prediction({"a": 150, "b": 30, "c": 10}, unit="ms", log=True),
     "07.on_time": Prediction({"a": 900, "b": 600, "c": 300}, unit="of 1,000 on time"),
@@ -230,11 +233,12 @@ def in_workspace() -> bool:
     return here.name == WORKSPACE and (here / WORKSPACE_MANIFEST).is_file()
 
 
-def lesson_counts(records: dict[str, dict]) -> dict[int, tuple[int, int, int]]:
-    """lesson -> (predictions it asks for, predictions made, predictions right)."""
+def lesson_counts(records: dict[str, dict]) -> dict[str, tuple[int, int, int]]:
+    """lesson ("01", ..., "06b", as its notebook's name begins) -> (predictions it asks for, predictions made,
+    predictions right)."""
     counts = {}
     for key in PREDICTIONS:
-        lesson = int(key.split(".")[0])
+        lesson = key.split(".")[0]
         asked, made, right = counts.get(lesson, (0, 0, 0))
         record = records.get(key)
         counts[lesson] = (asked + 1, made + (record is not None), right + bool(record and record.get("right")))

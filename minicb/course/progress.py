@@ -133,6 +133,6 @@ def render_predictions(root: Path, lessons: Collection[int] | None = None) -> st
     counts = predictions.lesson_counts(predictions.load(store))
     lines = [f"Predictions ({store.relative_to(root)}, made in your workspace):"]
     for lesson, (asked, made, right) in sorted(counts.items()):
-        if lessons is None or lesson in lessons:
-            lines.append(f"  lesson {lesson:02d}  {made} of {asked} made, {right} right")
+        if lessons is None or int(lesson[:2]) in lessons:   # --lesson 6 counts lesson 06b's too
+            lines.append(f"  lesson {lesson}  {made} of {asked} made, {right} right")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from pathlib import Path
 from minicb.course.predictions import ANSWER_TAG, WORKSPACE
 from minicb.course.predictions import WORKSPACE_MANIFEST as MANIFEST   # lesson file -> digest of the copy it was given
 
+LESSON_GLOBS = ("[0-9][0-9]_*.ipynb", "[0-9][0-9][a-z]_*.ipynb")   # NN_topic, and NNb_topic (a lesson split in two)
 STILL_TAG = "still"   # a code cell tagged so draws a still of the widget above it (minicb.viz's save_png and stills)
 UPDATED_SUFFIX = ".updated.ipynb"
 
@@ -37,6 +38,11 @@ def clean_notebook(text: str) -> str:
             cell["execution_count"] = None
     notebook.get("metadata", {}).pop("widgets", None)
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+def lesson_files(notebooks: Path) -> list[Path]:
+    """The lessons in `notebooks`, in course order: 00_..., 06_..., 06b_..., 07_... ("_" sorts before "b")."""
+    return sorted(path for pattern in LESSON_GLOBS for path in notebooks.glob(pattern))
 
 
 def is_answer(cell: dict) -> bool:
@@ -80,7 +86,7 @@ def make_workspace(notebooks: Path, workspace: Path) -> WorkspaceReport:
     manifest_path = workspace / MANIFEST
     manifest: dict[str, str] = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     created, refreshed, offered = [], [], []
-    for lesson in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+    for lesson in lesson_files(notebooks):
         clean = clean_notebook(lesson.read_text())
         copy, updated = workspace / lesson.name, workspace / (lesson.stem + UPDATED_SUFFIX)
         if not copy.exists():

@@ -43,7 +43,7 @@ if importlib.util.find_spec("playwright") is None:
 from playwright.sync_api import Page, sync_playwright  # noqa: E402 (only once the skips above let the module run)
 
 from minicb.course.predictions import STORE_NAME, STORE_VARIABLE  # noqa: E402
-from minicb.course.workspace import make_workspace  # noqa: E402
+from minicb.course.workspace import lesson_files, make_workspace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "e2e"
@@ -406,7 +406,7 @@ def test_playground_reruns_when_a_control_moves(lab, browser):
         lesson.screenshot(".minicb-playground", "playground_pinned.png")
 
 
-@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+@pytest.mark.parametrize("notebook", [p.name for p in lesson_files(NOTEBOOKS)])
 def test_opening_a_lesson_leaves_it_unmodified(lab, browser, notebook):
     """Opening a lesson and starting its kernel must not dirty it: no 'save your changes?' on close,
     and nothing for git to show. (The kernel's language_info, missing cell ids or an old nbformat

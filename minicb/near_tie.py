@@ -46,13 +46,12 @@ class GreedyComparison:
         return not self.bugs
 
     def __str__(self) -> str:
-        if self.same == self.runs:
-            return f"all {self.runs} token for token"
-        text = (f"{self.same} of {self.runs} token for token, {len(self.near_ties)} part at a near-tie (top-2 gap "
-                f"below {self.bound:g})")
+        text = f"{self.same} of {self.runs} the same, token for token"
+        if self.near_ties:
+            text += f"; {len(self.near_ties)} part at a near-tie (top-2 gap below {self.bound:g})"
         if self.bugs:
             run, step, gap = self.bugs[0]
-            text += f", {len(self.bugs)} elsewhere: a bug (run {run} at token {step}, top-2 gap {gap:.3g})"
+            text += f"; {len(self.bugs)} part elsewhere, a bug (run {run} at token {step}, top-2 gap {gap:.3g})"
         return text
 
 

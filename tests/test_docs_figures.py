@@ -120,7 +120,7 @@ FIGURES = [
            "utilization = {useful}/{total} =", {"pct": lambda g: 100 * g["useful"] / g["total"]}),
     Figure(GLOSSARY, "(the worked example: slots {x0}-{x4}, {y}, {z0}-{z1}, {z2})", L03, 'print("slot_mapping  "',
            "slot_mapping [{x0}, {x1}, {x2}, {x3}, {x4}, {y}, {z0}, {z1}, {z2}]"),
-    Figure(GLOSSARY, "while {differ} of {n} greedy runs diverge", L03, "def top2_gaps",
+    Figure(GLOSSARY, "while {differ} of {n} greedy runs diverge", L03, "closest = (float(\"inf\")",
            "{differ} of {n} requests differ from their solo run"),
     Figure(GLOSSARY, "p99 TTFT ≤ {ttft} s and p99 ITL ≤ {itl} ms over the requests served, turning away at most {rej}%",
            L07, "print(SloTarget())", "SloTarget(ttft_p99_s={ttft}, itl_p99_s={itl_s}, max_rejected_fraction={rej_f})",
@@ -147,7 +147,7 @@ FIGURES = [
            "{su}% of the seat-steps busy; continuous batching raises that to {cu}%", L02, "step_gains, gains = [], []",
            "heavy (Bard corpus) {su}% {cu}% {st} {ct} {sg}x {tg}x"),
     # lesson 03
-    Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "def top2_gaps",
+    Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "closest = (float(\"inf\")",
            "{differ} of {n} requests differ from their solo run ({tokens} greedy tokens compared)"),
     Figure(L03, "from B = 2 on, {a}% of its entries differ, and from B = 11 on, {b}%", L03, "linear = next(m for m in",
            "B = 2: bitwise equal False entries that differ {a}% … B = 10: bitwise equal False entries that differ "

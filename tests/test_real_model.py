@@ -16,7 +16,8 @@ import torch
 
 from conftest import compare_greedy, hf_greedy, load_hf
 from minicb.llm import LLM
-from minicb.model.fetch import find_real_model
+from minicb.model.fetch import REAL_MODELS, find_real_model
+from minicb.model.loader import resolve_model_path
 from minicb.sampling import SamplingParams
 from minicb.serve.server_process import start_server
 
@@ -123,6 +124,18 @@ def test_greedy_tokens_equal_hf_generate(run, llm, reference, record_property):
         assert any(s.prefill_tokens and s.decode_tokens for s in steps)   # chunks ran beside decodes
     if run == "preemption":
         assert sum(len(s.preempted) for s in steps) > 0
+
+
+def test_a_gguf_file_loads_through_its_converted_folder(folder, reference, tmp_path, monkeypatch):
+    """LLM("x.gguf"), with the GGUF that `make real-model` keeps: converted on first use into $MINICB_CACHE/gguf/,
+    found there the next time, and its greedy tokens are HF generate's."""
+    monkeypatch.setenv("MINICB_CACHE", str(tmp_path))
+    gguf_file = folder / Path(REAL_MODELS[MODEL].member).name
+    converted = resolve_model_path(gguf_file)
+    assert converted.parent == tmp_path / "gguf" and resolve_model_path(gguf_file) == converted
+    ids, want, logits = reference[0]
+    got = LLM(str(gguf_file), device="cpu", dtype="float32").generate([ids], GREEDY, use_tqdm=False)[0]
+    assert compare_greedy(got.outputs[0].token_ids, want, logits) == "equal"
 
 
 @pytest.fixture(scope="module")

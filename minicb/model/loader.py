@@ -1,5 +1,5 @@
-"""Load a Hugging Face checkpoint (a local folder, or a hub id through the hub's cache) into minicb's own
-CausalLM, from safetensors."""
+"""Load a Hugging Face checkpoint (a local folder, a hub id through the hub's cache, a GGUF file converted once
+into a folder, or a fetched model's name such as "smollm2") into minicb's own CausalLM, from safetensors."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,8 @@ import torch
 from safetensors import safe_open
 
 from minicb.model.config import ModelConfig, read_model_config
+from minicb.model.fetch import REAL_MODELS, find_real_model
+from minicb.model.gguf import gguf_folder, is_gguf
 from minicb.model.llama import FUSED_PROJECTIONS, CausalLM, RotaryEmbedding
 
 BARD_PATH = Path(__file__).resolve().parent.parent / "assets" / "bard"
@@ -26,23 +28,32 @@ HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev
 
 
 def resolve_model_path(model: str | Path | None) -> Path:
-    """None means the shipped Bard model. A local folder wins; otherwise a Hugging Face hub id ("org/name",
-    or "org/name@revision") resolves through huggingface_hub: its local cache first, then a download where
-    the network allows (HF_HUB_OFFLINE=1 forbids one; HF_HOME / HF_HUB_CACHE say where the cache is)."""
+    """None means the shipped Bard model. A local folder wins, then a GGUF file (its converted folder, made on
+    first use: minicb/model/gguf.py), then the name of a fetched model (minicb/model/fetch.py); otherwise a Hugging
+    Face hub id ("org/name", or "org/name@revision") resolves through huggingface_hub: its local cache first,
+    then a download where the network allows (HF_HUB_OFFLINE=1 forbids one; HF_HOME / HF_HUB_CACHE say where
+    the cache is)."""
     path = BARD_PATH if model is None else Path(model).expanduser()
     if path.is_file():
+        if is_gguf(path):
+            return gguf_folder(path)
         guess = f" ({str(path.parent)!r} here)" if (path.parent / "config.json").is_file() else ""
         raise NotADirectoryError(
             f"model path {str(path)!r} is a file, not a folder: pass the folder that holds config.json and "
-            f"*.safetensors{guess}")
+            f"*.safetensors{guess}, or a .gguf file")
     if path.is_dir():
         return path
+    if isinstance(model, str) and model in REAL_MODELS:
+        return find_real_model(model)
+    if path.suffix.lower() == ".gguf":
+        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist: check the path (relative paths start "
+                                f"from {str(Path.cwd())!r})")
     hub_id = HUB_ID.fullmatch(model) if isinstance(model, str) else None
     if hub_id is None:
         raise FileNotFoundError(
             f"model folder {str(path)!r} does not exist: pass a local folder holding config.json and "
-            "*.safetensors, a Hugging Face hub id such as 'Qwen/Qwen3-0.6B', or omit the model to use the "
-            "shipped Bard model")
+            "*.safetensors, a .gguf file, a Hugging Face hub id such as 'Qwen/Qwen3-0.6B', a fetched model's name ("
+            f"{', '.join(map(repr, REAL_MODELS))}: make real-model), or omit the model to use the shipped Bard model")
     return _from_hub(hub_id["repo"], hub_id["revision"])
 
 

@@ -274,7 +274,7 @@ def serve(args: argparse.Namespace) -> int:
             return 2
     try:
         async_llm = AsyncLLM(args.model, **cli_overrides(args))
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, ImportError) as err:   # ImportError: a GGUF without the gguf package
         print(f"error: {err}", file=sys.stderr)
         return 2
     # On the CPU, torch's intra-op threads take every core by default, and the event loop (HTTP, SSE,

@@ -21,14 +21,24 @@ from minicb.batch import FlatBatch, SequenceChunk
 NEAR_TIE_BOUND = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 0.25}
 
 
+def _gaps(runner, token_ids: list[int], every_row: bool) -> list[float]:
+    blocks = list(range(-(-len(token_ids) // runner.block_size)))
+    batch = FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
+    if every_row:
+        batch.logits_indices = torch.arange(len(token_ids), device=runner.device)   # not only the last row's
+    top = runner.logits(batch).float().topk(2, dim=-1).values   # (rows, 2), fp32 as a bf16 model's logits are read
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
 def top2_gaps(runner, token_ids: list[int]) -> list[float]:
     """The gap between the two best next-token logits after every prefix of token_ids (entry i: after
     token_ids[:i + 1]), from one prefill of token_ids alone on `runner`, read in fp32."""
-    blocks = list(range(-(-len(token_ids) // runner.block_size)))
-    batch = FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
-    batch.logits_indices = torch.arange(len(token_ids), device=runner.device)   # every row's logits, not the last's
-    top = runner.logits(batch).float().topk(2, dim=-1).values   # (T, 2)
-    return (top[:, 0] - top[:, 1]).tolist()
+    return _gaps(runner, token_ids, every_row=True)
+
+
+def top2_gap(runner, token_ids: list[int]) -> float:
+    """The gap after all of token_ids (top2_gaps' last entry), from the last row's logits alone."""
+    return _gaps(runner, token_ids, every_row=False)[0]
 
 
 @dataclass
@@ -67,6 +77,6 @@ def compare_greedy_runs(runner, prompt_ids: list[list[int]], got: list[list[int]
             result.same += 1
             continue
         step = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
-        gap = top2_gaps(runner, ids + w[:step])[-1] if step < min(len(g), len(w)) else float("inf")
+        gap = top2_gap(runner, ids + w[:step]) if step < min(len(g), len(w)) else float("inf")
         (result.near_ties if gap < result.bound else result.bugs).append((run, step, gap))
     return result

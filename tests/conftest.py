@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minicb.model.loader import BARD_PATH
-from minicb.near_tie import compare_greedy_runs, top2_gaps
+from minicb.near_tie import compare_greedy_runs
 
 # Hypothesis profiles: "fast" for `make test` (derandomized: the same examples every run, so CI
 # cannot flake), "soak" for `make soak` (--hypothesis-profile=soak; random, 50x more).
@@ -236,11 +236,6 @@ def count_near_ties(runner, prompt_ids: list[list[int]], got: list[list[int]], w
     result = compare_greedy_runs(runner, prompt_ids, got, want, bound)
     assert result.ok, f"{what} against the reference: {result}"
     return len(result.near_ties)
-
-
-def top2_gap(runner, token_ids: list[int]) -> float:
-    """The gap between the two best next-token logits after token_ids, prefilled alone."""
-    return top2_gaps(runner, token_ids)[-1]
 
 
 def recording_engine(**config):

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.batch import FlatBatch, SequenceChunk
-from minicb.near_tie import NEAR_TIE_BOUND, compare_greedy_runs, top2_gaps
+from minicb.near_tie import NEAR_TIE_BOUND, compare_greedy_runs, top2_gap, top2_gaps
 from minicb.sampling import SamplingParams
 
 PROMPT = "ROMEO.\nBut soft, what light"
-
-
-def last_row_gap(runner, token_ids: list[int]) -> float:
-    """The top-2 gap after token_ids from the engine's own path: one sequence prefilled, only its last row's logits."""
-    blocks = list(range(-(-len(token_ids) // runner.block_size)))
-    top = runner.logits(FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size))[0].topk(2).values
-    return float(top[0] - top[1])
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +18,13 @@ def greedy_run(bard_llm):
 
 
 def test_every_rows_gap_is_the_gap_after_that_prefix_alone(greedy_run):
+    """top2_gaps reads every row of one prefill; top2_gap, the engine's own path, only the last row of each prefix."""
     runner, ids, tokens = greedy_run
     context = ids + tokens
     gaps = top2_gaps(runner, context)
     assert len(gaps) == len(context)
     for i in (len(ids) - 1, len(ids) + 4, len(context) - 1):
-        assert gaps[i] == pytest.approx(last_row_gap(runner, context[:i + 1]), abs=1e-4)
+        assert gaps[i] == pytest.approx(top2_gap(runner, context[:i + 1]), abs=1e-4)
 
 
 def test_the_same_runs_are_the_same(greedy_run):
@@ -46,7 +39,7 @@ def test_a_divergence_is_a_near_tie_only_below_the_bound(greedy_run):
     runner, ids, tokens = greedy_run
     step = 5
     other = tokens[:step] + [(tokens[step] + 1) % runner.config.vocab_size] + tokens[step + 1:]
-    gap = last_row_gap(runner, ids + tokens[:step])
+    gap = top2_gap(runner, ids + tokens[:step])
     above = compare_greedy_runs(runner, [ids], [other], [tokens], bound=gap * 1.01)
     assert (above.same, [(r, s) for r, s, _ in above.near_ties], above.bugs) == (0, [(0, step)], [])
     below = compare_greedy_runs(runner, [ids], [other], [tokens], bound=gap * 0.99)

@@ -26,11 +26,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine, top2_gap
+from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine
 from minicb.batch import FlatBatch
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
 from minicb.parts import EngineParts
+from minicb.near_tie import top2_gap
 from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
 from minicb.scheduler.output import BlockCopy, SchedulerOutput

@@ -42,9 +42,11 @@ def slo_config() -> dict:
     the lesson's seed and for others like it. The knobs that matter: max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s.
 
-    The test grades it on workloads from seeds you have not seen (minicb's own parts run them, so this task
-    does not wait for task 1); try yours with minicb.course.slo.grade_slo(slo_config(), seed=s), the lesson's
-    seed 0 or any other. Some seeds draw bursts that no configuration tried serves within the SLO; the
-    graded ones are not among them, and a configuration with room to spare on the lesson's seed meets them."""
+    Try yours with minicb.course.slo.grade_slo(slo_config(), seed=s) on minicb.course.slo.PRACTICE_SEEDS, the
+    lesson's seed 0 among them. The test grades it on workloads drawn the same way from seeds you have not
+    seen, ones that minicb's own configuration serves (minicb's own parts run them, so this task does not
+    wait for task 1). The draws differ in their bursts: a configuration that meets the SLO on one seed can
+    turn away too many on another, and some seeds (3, for one) bring bursts that no configuration tried
+    serves within the SLO."""
     raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO. "
                               "Check it with: pytest tests/exercises -k lesson07_task2")

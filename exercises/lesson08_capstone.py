@@ -21,16 +21,15 @@ def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
     1. config is a dict of valid EngineConfig overrides that sets only the server's knobs, those in
        minicb.course.capstone.TUNABLE (seats, token budget, chunked prefill, queue limits, ...): the model,
        the hardware (step cost, KV pool) and the simulator are the problem's. rate is a finite number > 0.
-    2. At your rate, your config keeps the SLO on every one of ten seeds you have not seen
-       (minicb.course.capstone.GRADING_SEEDS: tune on problem.practice_seeds, never on those).
+    2. At your rate, your config keeps the SLO on the workloads of ten seeds you have not seen, drawn as
+       problem.workload draws the practice ones (problem.practice_seeds: tune on those).
     3. Your rate is at least 90% of the reference answer's: its own configuration, and the highest rate
        it keeps the SLO at on the practice seeds, less a safety margin.
 
-    How: pick a configuration (lesson 07's knobs; the step cost, about 2 ms + 0.22 ms per token, bounds
-    the token budget that keeps inter-token latency under target), then find the highest rate by
-    bisection, each candidate checked with meets_slo(config, rate, problem.practice_seeds, problem).
-    Every seed's workload has its own highest rate, and ten unseen seeds are likely to hold one lower
-    than your three practice seeds' lowest: answer with a safety margin below the edge you found.
+    What you may use: meets_slo(config, rate, seeds, problem) says whether a configuration keeps the SLO
+    at a rate on those seeds' workloads, with each run's report. The step cost, about 2 ms + 0.22 ms per
+    token, bounds the token budget that keeps inter-token latency under target. Every seed's workload has
+    its own highest rate.
     Runs get slow at low rates (the same requests over a longer simulated time): search upwards of a
     few requests per second.
     """

@@ -4,8 +4,8 @@ The problem: lesson 07's workload (chat requests, every `long_every`-th a long d
 rate, drawn from a seed, and a stricter SLO, served by the engine the course built: your lessons' parts
 (course.parts(), minicb's in place of each one still a stub). The answer: EngineConfig overrides (the server's knobs,
 not the hardware's) and an arrival rate. grade() runs the answer on the simulator, with the default
-"this CPU" step cost, on GRADING_SEEDS, which the learner never sees: the rate must keep the SLO on all
-of them, and be at least RATE_SHARE of the reference answer's rate.
+"this CPU" step cost, on workloads of seeds the learner never sees (the tests hold them): the rate must
+keep the SLO on all of them, and be at least RATE_SHARE of the reference answer's rate.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from minicb.parts import EngineParts
 from minicb.course.slo import SloReport, grade_slo, slo_workload
 from minicb.workload import WorkloadRequest
 
-GRADING_SEEDS = tuple(range(1000, 1010))   # ten: more than the practice seeds, so a lower edge among them is likely
 RATE_SHARE = 0.9   # of the reference's rate: a pass needs the SLO kept at a rate at least this high
 
 # The knobs a server operator sets. The rest of EngineConfig is the problem's (the model, the hardware: step
@@ -114,10 +113,11 @@ class CapstoneGrade:
         return "passed" if self.passed else "failed: " + "; ".join(broken)
 
 
-def grade(answer: object, reference_rate: float, seeds: Iterable[int] = GRADING_SEEDS,
+def grade(answer: object, reference_rate: float, seeds: tuple[int, ...],
           problem: CapstoneProblem = CapstoneProblem()) -> CapstoneGrade:
-    """Judge a capstone answer (config, rate) on `seeds` against the reference's rate, on your lessons'
-    parts (meets_slo's default)."""
+    """Judge a capstone answer (config, rate) on the workloads of `seeds`, held out from the learner, against
+    the reference's rate, on your lessons' parts (meets_slo's default). A failure names a workload by its
+    place among them, not by its seed."""
     error = answer_error(answer)
     if error:
         return CapstoneGrade(error)
@@ -125,9 +125,9 @@ def grade(answer: object, reference_rate: float, seeds: Iterable[int] = GRADING_
     met, reports = meets_slo(config, rate, seeds, problem)
     slo_failure = None
     if not met:
-        seed, report = list(reports.items())[-1]
-        slo_failure = (f"at your rate {rate:.1f} req/s the SLO fails on an unseen seed ({seed}): "
-                       f"{missed(report, problem.target)}")
+        report = list(reports.values())[-1]
+        slo_failure = (f"at your rate {rate:.1f} req/s the SLO fails on held-out workload {len(reports)} of "
+                       f"{len(seeds)}: {missed(report, problem.target)}")
     rate_failure = None
     if rate < RATE_SHARE * reference_rate:
         rate_failure = (f"your rate {rate:.1f} req/s is {rate / reference_rate:.0%} of the reference's "

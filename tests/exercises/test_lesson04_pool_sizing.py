@@ -1,6 +1,6 @@
 """Lesson 04's design task (task 2), graded on the implementation MINICB_IMPL picks (make test: the solutions).
 
-Your pool serves GRADED_SEEDS' workloads, which neither the notebook nor the practice seeds show, on the engine
+Your pool serves held-out workloads (held_out.py), which neither the notebook nor the practice seeds show, on the engine
 over your lesson's allocator (course.parts(): minicb's methods in place of those still stubs). Rule 4's bar is
 the reference answer's pool, the reference's own design run here on the same engine, once per process. Each
 check takes the answer it grades, so tests/graders/ can show that plausible mistakes fail.
@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import held_out
+
 from minicb import course
 from minicb.course.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport,
                                 answer_error, preemptions_per_request, run_pool, total_waste)
@@ -17,7 +19,6 @@ from minicb.course.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, M
 mine = course.lesson("lesson04_paged_kv")
 reference = course.lesson("lesson04_paged_kv", "solutions")
 PROBLEM = PoolProblem()
-GRADED_SEEDS = (101, 102, 103, 104, 105)   # not the practice seeds
 
 
 @functools.cache
@@ -45,10 +46,10 @@ def check_pool_is_valid(answer: object) -> tuple[int, int]:
 
 def check_little_waste(answer: object) -> float:
     block_size, _ = check_pool_is_valid(answer)
-    waste = total_waste([graded_run(answer, seed) for seed in GRADED_SEEDS])
+    waste = total_waste([graded_run(answer, seed) for seed in held_out.POOL_SIZING])
     assert waste <= MAX_WASTE, (
         f"rule 2: at most {MAX_WASTE:.0%} of the slots the sequences hold may hold no token; with blocks of "
-        f"{block_size} tokens, {waste:.0%} of them held none over the {len(GRADED_SEEDS)} unseen workloads "
+        f"{block_size} tokens, {waste:.0%} of them held none over the {len(held_out.POOL_SIZING)} unseen workloads "
         "(internal fragmentation: the unfilled end of each sequence's last block)")
     return waste
 
@@ -56,9 +57,9 @@ def check_little_waste(answer: object) -> float:
 def check_few_preemptions(answer: object) -> float:
     """The runs stop once the preemptions already break the rule: the rest cannot bring it back."""
     block_size, num_blocks = check_pool_is_valid(answer)
-    allowed = MAX_PREEMPTIONS_PER_REQUEST * PROBLEM.n * len(GRADED_SEEDS)
+    allowed = MAX_PREEMPTIONS_PER_REQUEST * PROBLEM.n * len(held_out.POOL_SIZING)
     reports = []
-    for seed in GRADED_SEEDS:
+    for seed in held_out.POOL_SIZING:
         reports.append(graded_run(answer, seed))
         if sum(r.preemptions for r in reports) > allowed:
             break

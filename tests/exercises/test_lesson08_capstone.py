@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import held_out
 import pytest
 
 from minicb import course
-from minicb.course.capstone import GRADING_SEEDS, RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
+from minicb.course.capstone import RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
 
 mine = course.lesson("lesson08_capstone")
 reference = course.lesson("lesson08_capstone", "solutions")
@@ -36,7 +37,7 @@ def graded() -> CapstoneGrade:
     """Your answer judged on the unseen seeds against the reference's rate."""
     answer = valid_answer()
     _, reference_rate = answer_of(reference.capstone)
-    return grade(answer, reference_rate)
+    return grade(answer, reference_rate, held_out.CAPSTONE)
 
 
 def test_lesson08_task1_the_answer_is_a_configuration_and_a_rate():
@@ -46,7 +47,7 @@ def test_lesson08_task1_the_answer_is_a_configuration_and_a_rate():
 def test_lesson08_task1_your_rate_keeps_the_slo_on_unseen_seeds():
     slo_failure = graded().slo_failure
     assert slo_failure is None, (
-        f"rule 2: {slo_failure}. Every one of the {len(GRADING_SEEDS)} unseen seeds must meet it: "
+        f"rule 2: {slo_failure}. Every one of the {len(held_out.CAPSTONE)} held-out workloads must meet it: "
         "answer with a safety margin below the highest rate you found on the practice seeds")
 
 
@@ -68,10 +69,10 @@ def test_the_grading_seeds_catch_a_rate_overfit_to_the_practice_seeds():
     SLO on every practice seed and must fail on an unseen one: else the unseen seeds test nothing."""
     config, rate = answer_of(reference.capstone)
     edge = rate / (1 - reference.MARGIN)
-    result = grade((config, edge), rate)
+    result = grade((config, edge), rate, held_out.CAPSTONE)
     assert result.rate_failure is None and result.slo_failure is not None, (
-        f"the grading seeds no longer catch an answer at the practice seeds' edge ({edge:.1f} req/s): "
-        "add grading seeds or re-measure the reference's margin")
+        f"the held-out workloads no longer catch an answer at the practice seeds' edge ({edge:.1f} req/s): "
+        "add held-out seeds or re-measure the reference's margin")
     assert RATE_SHARE * edge > rate, "the reference's margin is so wide that overfitting would pass the rate rule"
 
 
@@ -87,5 +88,5 @@ def test_the_grading_seeds_catch_a_rate_overfit_to_the_practice_seeds():
     (({"max_num_sequences": 64}, 20.0), "sets max_num_sequences"),
 ])
 def test_the_grader_refuses_answers_it_cannot_run(answer, rule):
-    result = grade(answer, reference_rate=20.0)
+    result = grade(answer, 20.0, held_out.CAPSTONE)
     assert not result.passed and rule in (result.answer_error or ""), result

@@ -118,8 +118,6 @@ FIGURES = [
            "| padded (dense, computes pads) | … | … | … | {waste}% of computed tokens |"),
     Figure(GLOSSARY, "The A-D example of lesson 01 used {useful} of {total} ({pct}%)", L01, A_D,
            "utilization = {useful}/{total} =", {"pct": lambda g: 100 * g["useful"] / g["total"]}),
-    Figure(GLOSSARY, "(the worked example: slots {x0}-{x4}, {y}, {z0}-{z1}, {z2})", L03, 'print("slot_mapping  "',
-           "slot_mapping [{x0}, {x1}, {x2}, {x3}, {x4}, {y}, {z0}, {z1}, {z2}]"),
     Figure(GLOSSARY, "while {differ} of {n} greedy runs diverge", L03, "closest = (float(\"inf\")",
            "{differ} of {n} requests differ from their solo run"),
     Figure(GLOSSARY, "p99 TTFT ≤ {ttft} s and p99 ITL ≤ {itl} ms over the requests served, turning away at most {rej}%",

@@ -4,6 +4,8 @@ Executing them is the job of nbval (`make test` runs `pytest tests notebooks --n
 with MINICB_IMPL=solutions) and of `python tools/check_notebooks.py`, which compares fresh outputs with
 the stored ones. These tests check the stored files those runs and GitHub readers rely on:
 - every code cell was run and stored (it has an execution count), and none stored an error;
+- a cell that runs a learner's task (`course.attempt`) is tagged "yours" and stores no output: run under the
+  reference, its output would be the task's answer, shown to a learner who opens this copy before trying;
 - every cell that shows machine-dependent output (the clock, latencies, versions, the platform) or a
   widget starts with `# NBVAL_IGNORE_OUTPUT`, so that nbval does not compare it;
 - every lesson has its title, "What you will learn", "What to remember", a recap of the lesson before
@@ -21,6 +23,7 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 IGNORE = "# NBVAL_IGNORE_OUTPUT"
+YOURS = "yours"
 
 # What makes an output depend on the machine: the clock, versions, and interactive widgets. Simulated
 # times (the simulator's clock) are deterministic, so throughput from `simulate=True` runs may be checked.
@@ -40,11 +43,27 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no .ipynb files"
 
 
+def runs_your_task(cell: dict) -> bool:
+    return "course.attempt(" in source(cell)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_code_cell_was_run_and_stored(path: Path):
-    missing = [i for i, c in enumerate(code_cells(path)) if c.get("execution_count") is None]
+    missing = [i for i, c in enumerate(code_cells(path)) if c.get("execution_count") is None and not runs_your_task(c)]
     assert not missing, (f"{path.name}: code cells {missing} have no stored outputs; store them with "
                          f"`python tools/check_notebooks.py --write notebooks/{path.name}`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_cell_that_runs_your_task_stores_no_answer(path: Path):
+    cells = code_cells(path)
+    untagged = [i for i, c in enumerate(cells) if runs_your_task(c)
+                and not {YOURS, "nbval-ignore-output"} <= set(c.get("metadata", {}).get("tags", []))]
+    stored = [i for i, c in enumerate(cells) if YOURS in c.get("metadata", {}).get("tags", []) and c.get("outputs")]
+    assert not untagged, (f"{path.name}: code cells {untagged} run a task of yours but are not tagged "
+                          f"'{YOURS}' and 'nbval-ignore-output'")
+    assert not stored, (f"{path.name}: code cells {stored} run a task of yours and store the reference's output: "
+                        f"`python tools/check_notebooks.py --write notebooks/{path.name}` drops it")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -60,7 +79,7 @@ def test_machine_dependent_cells_are_ignored_by_nbval(path: Path):
     bad = []
     for i, cell in enumerate(code_cells(path)):
         text = source(cell)
-        if text.lstrip().startswith(IGNORE):
+        if text.lstrip().startswith(IGNORE) or runs_your_task(cell):
             continue
         lines = text.splitlines()
         shown = [line for line in lines if "print(" in line] + lines[-1:]   # printed, or the cell's value

@@ -2,9 +2,7 @@
 pool is short, against minicb's own (the latest arrival gives way).
 
 Any policy within choose_victim's contract keeps every request correct and finishing; what differs is who
-waits. The graded workload draws its output lengths in advance (ignore_eos), so max_tokens is each request's
-true length here. A real server knows only the bound a client asked for, so a policy that reads it is judged
-on ground more certain than production gives it.
+waits.
 """
 from __future__ import annotations
 
@@ -22,12 +20,10 @@ from minicb.workload import make_workload, run_workload
 PRESSURE = dict(device="cpu", simulate=True, max_num_seqs=32, num_blocks=40, block_size=16, trace_max_steps=0)
 PRACTICE_SEEDS = (0, 1)
 TARGET = 0.95   # a policy passes when its mean end-to-end latency is at most this share of minicb's
-# What the lesson says about the design space once a policy meets the target on the practice seeds, not before.
+# What the lesson asks once a policy meets the target on the practice seeds, not before.
 ONCE_IT_MEETS_THE_TARGET = (
-    "It meets the target on the practice seeds. What a policy can read here: letting the request that computed "
-    "least give way loses the least work, and barely moves the mean (about 99%). The workload draws its lengths "
-    "in advance, so max_tokens is each request's true length here; a real server knows only the bound the client "
-    "asked for. Which did yours read?")
+    "It meets the target on the practice seeds; the test grades it on others. Before you move on: which of a "
+    "request's fields did your policy read, and would a real server know them when it preempts?")
 
 
 @dataclass(frozen=True)

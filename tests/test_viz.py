@@ -350,9 +350,10 @@ def test_importing_the_views_needs_no_widget_or_plot_library():
 
 
 # minicb.viz in layers, each importing only from the layers before it, so its imports never go round in a circle:
-# the views are pure functions of a trace, the export draws any view, and the widgets play views and export them.
+# the views are pure functions of a trace, the export draws any view, the widgets play views and export them, and
+# the charts draw what a lesson measured.
 VIZ_LAYERS = [{"draw", "figures"}, {"seats", "kvblocks", "timeline", "text"}, {"export"},
-              {"widgets", "playground", "live"}, {"loadcurve"}, {"__init__"}]
+              {"widgets", "playground", "live"}, {"loadcurve", "charts"}, {"__init__"}]
 
 
 def test_the_views_the_export_and_the_widgets_import_one_way():

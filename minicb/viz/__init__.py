@@ -4,7 +4,8 @@ render_* return HTML strings (inline SVG); SeatOccupancy, KVBlockMap and Timelin
 Jupyter (ipywidgets, imported only when a widget is made); save_* write them out for pages and READMEs.
 Playground re-simulates a workload under every serving knob (playground_run is its pure core), and
 load_curve / plot_load_curve show latency against the arrival rate (plot_rate_sweep: a real server's, from
-the benchmark client's sweep). ServerSeats follows a live server's seats.
+the benchmark client's sweep). ServerSeats follows a live server's seats. minicb.viz.charts holds the
+lessons' other charts, each drawing what a lesson cell measured.
 """
 from minicb.viz.export import save_gif, save_html, save_png
 from minicb.viz.kvblocks import render_kv_blocks

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
     # The Triton kernels run on the CPU through the interpreter, which must be on before they are defined.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import minicb
 from minicb.model.loader import BARD_PATH
 from minicb.near_tie import compare_greedy_runs
 
@@ -45,6 +46,13 @@ OPT_IN = {"any_model": ("--any-model", "every lesson on another model takes minu
 
 
 def pytest_configure(config):
+    # A venv made in another checkout (its editable install) runs that checkout's minicb, and its solutions,
+    # against this one's tests and exercises: every verdict would be about the wrong files.
+    here, imported = Path(__file__).resolve().parents[1], Path(minicb.__file__).resolve().parents[1]
+    if imported != here:
+        raise pytest.UsageError(f"these are the tests of {here}, but Python imports minicb from {imported}: this "
+                                f"venv belongs to that checkout. Make one here (`make .venv/.minicb-installed` in "
+                                f"{here}), or put {here} first on PYTHONPATH")
     config.addinivalue_line("markers", "any_model: every lesson on another model; runs only with --any-model")
     config.addinivalue_line("markers", "real_model: on SmolLM2-135M-Instruct (make real-model); runs only with "
                                        "--real-model")

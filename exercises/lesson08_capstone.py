@@ -23,8 +23,8 @@ def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
        the hardware (step cost, KV pool) and the simulator are the problem's. rate is a finite number > 0.
     2. At your rate, your config keeps the SLO on the workloads of ten seeds you have not seen, drawn as
        problem.workload draws the practice ones (problem.practice_seeds: tune on those).
-    3. Your rate is at least 90% of the reference answer's: its own configuration, and the highest rate
-       it keeps the SLO at on the practice seeds, less a safety margin.
+    3. Your rate is at least 90% of the reference answer's rate (its own configuration, which keeps the
+       SLO on the unseen seeds at its rate).
 
     What you may use: meets_slo(config, rate, seeds, problem) says whether a configuration keeps the SLO
     at a rate on those seeds' workloads, with each run's report. The step cost, about 2 ms + 0.22 ms per

@@ -28,7 +28,8 @@ from minicb.batch import FlatBatch, build_flat_batch
 from minicb.block_manager import PagedAllocator
 from minicb.prefix_cache import CachedBlock, block_hashes, longest_cached_prefix
 from minicb.scheduler.chunking import chunk_size
-from minicb.scheduler.plan import StepPlan, plan_step
+from minicb.scheduler.plan import StepPlan
+from minicb.scheduler.planner import plan_step
 from minicb.scheduler.preemption import choose_victim, should_swap
 
 

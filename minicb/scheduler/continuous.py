@@ -38,7 +38,8 @@ from minicb.block_manager import BlockManager
 from minicb.request import Request, RequestStatus, RequestView, rank
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
-from minicb.scheduler.plan import StepPlan, StepState, check_plan, plan_step
+from minicb.scheduler.plan import StepPlan, StepState
+from minicb.scheduler.planner import check_plan, plan_step
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig

@@ -13,7 +13,8 @@ from minicb import course
 from minicb.parts import EngineParts
 from minicb.request import RequestView
 from minicb.sampling import SamplingParams
-from minicb.scheduler.plan import PlanError, StepState, check_plan
+from minicb.scheduler.plan import StepState
+from minicb.scheduler.planner import PlanError, check_plan
 from minicb.scheduler.preemption import choose_victim
 
 mine = course.lesson("lesson02_continuous")

@@ -31,8 +31,12 @@ mine = course.lesson("lesson05_triton")
 Kernel = Callable[..., torch.Tensor]
 
 ATTENTION_RULE = "each query head's output is softmax(scale * q . k) v over its sequence's context"
-CONTEXT_END_RULE = ("keys at positions >= seq_len get no weight, and their rows are never read (the cache past "
-                    "a context holds stale values: NaN here)")
+CONTEXT_END_RULE = "keys at positions >= seq_len count for nothing"
+# Which half a kernel broke shows in its output: a stale row read gives NaN, a key with weight a wrong number.
+UNREAD_RULE = (f"{CONTEXT_END_RULE}: their rows are never read (the cache past a context holds stale values, NaN "
+               "here, and NaN reached your output)")
+NO_WEIGHT_RULE = (f"{CONTEXT_END_RULE}: they get no weight in the softmax (a key read as 0.0 still scores 0, and "
+                  "exp(0 - max) is not zero)")
 RESCALE_RULE = ("the online softmax must rescale the running sum and the accumulated values when a tile raises "
                 "the running max")
 LARGE_SCORES_RULE = "scores far beyond exp's range (a hundred and more) give the exact softmax, finite"
@@ -168,7 +172,9 @@ def check_one_tile(kernel: Kernel) -> None:
 def check_context_end(kernel: Kernel) -> None:
     """One tile that runs past the context, inside one block whose other rows are stale."""
     step = DecodeStep([tile(128) // 2 + 3], head_dim=128, block_size=2 * tile(128), seed=1)
-    check_output(CONTEXT_END_RULE, step, step.run(kernel))
+    out = step.run(kernel)
+    read_stale = isinstance(out, torch.Tensor) and bool(out.isnan().any())
+    check_output(UNREAD_RULE if read_stale else NO_WEIGHT_RULE, step, out)
 
 
 def check_rescale(kernel: Kernel) -> None:

@@ -15,7 +15,14 @@ from minicb import course
 from minicb.course.capstone import RATE_SHARE, CapstoneGrade, CapstoneProblem, answer_error, grade
 
 mine = course.lesson("lesson08_capstone")
-reference = course.lesson("lesson08_capstone", "solutions")
+
+
+def reference():
+    """The reference answer, imported when a check needs it: a checkout without solutions/ (a held-out
+    trial) still collects every lesson's checks."""
+    return course.lesson("lesson08_capstone", "solutions")
+
+
 PROBLEM = CapstoneProblem()
 
 
@@ -36,7 +43,7 @@ def valid_answer() -> tuple[dict, float]:
 def graded() -> CapstoneGrade:
     """Your answer judged on the unseen seeds against the reference's rate."""
     answer = valid_answer()
-    _, reference_rate = answer_of(reference.capstone)
+    _, reference_rate = answer_of(reference().capstone)
     return grade(answer, reference_rate, held_out.CAPSTONE)
 
 
@@ -57,7 +64,7 @@ def test_lesson08_task1_your_rate_is_at_least_90_percent_of_the_references(recor
         f"rule 3: {rate_failure}. Tune the configuration (lesson 07's knobs) until its highest rate is "
         "higher, or search closer to it")
     _, rate = valid_answer()
-    _, reference_rate = answer_of(reference.capstone)
+    _, reference_rate = answer_of(reference().capstone)
     record_property("margin", f"your rate {rate:.1f} req/s is {rate / reference_rate:.0%} of the reference's "
                               f"{reference_rate:.1f} (at least {RATE_SHARE:.0%})")
 
@@ -67,8 +74,8 @@ def test_lesson08_task1_your_rate_is_at_least_90_percent_of_the_references(recor
 def test_the_grading_seeds_catch_a_rate_overfit_to_the_practice_seeds():
     """The reference's configuration at the highest rate its search found, without its margin, keeps the
     SLO on every practice seed and must fail on an unseen one: else the unseen seeds test nothing."""
-    config, rate = answer_of(reference.capstone)
-    edge = rate / (1 - reference.MARGIN)
+    config, rate = answer_of(reference().capstone)
+    edge = rate / (1 - reference().MARGIN)
     result = grade((config, edge), rate, held_out.CAPSTONE)
     assert result.rate_failure is None and result.slo_failure is not None, (
         f"the held-out workloads no longer catch an answer at the practice seeds' edge ({edge:.1f} req/s): "

@@ -8,7 +8,8 @@ import pytest
 from _pytest.outcomes import Failed
 from test_lesson02_continuous import check_the_contract, check_the_engine_runs_yours
 
-from minicb.scheduler.plan import StepPlan, StepState, plan_step
+from minicb.scheduler.plan import StepPlan, StepState
+from minicb.scheduler.planner import plan_step
 
 
 def jumps_the_line(state: StepState) -> StepPlan:

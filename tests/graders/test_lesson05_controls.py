@@ -15,8 +15,8 @@ from minicb_kernels import paged_decode_attention
 from minicb_kernels.tiles import check_attention_inputs, load_context_tile, padded_head_dim, pow2, tile_sizes
 
 from test_lesson05_triton import (
-    ATTENTION_RULE, CONTEXT_END_RULE, GQA_RULE, LARGE_SCORES_RULE, RESCALE_RULE, check_bard_decodes, check_context_end,
-    check_gqa, check_large_scores, check_one_tile, check_paged, check_rescale)
+    ATTENTION_RULE, GQA_RULE, LARGE_SCORES_RULE, NO_WEIGHT_RULE, RESCALE_RULE, UNREAD_RULE, check_bard_decodes,
+    check_context_end, check_gqa, check_large_scores, check_one_tile, check_paged, check_rescale)
 
 
 @triton.jit
@@ -25,7 +25,7 @@ def softmax_mistake_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, seq_lens_pt
                            stride_cache_block, stride_cache_slot, stride_cache_head, stride_table,
                            QUERIES_PER_KV: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                            HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                           FORGETS_RESCALE: tl.constexpr, SKIPS_MAX: tl.constexpr):
+                           FORGETS_RESCALE: tl.constexpr, SKIPS_MAX: tl.constexpr, WEIGHS_PAST_THE_END: tl.constexpr):
     seq, kv_head = tl.program_id(0), tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + seq)
     group = tl.arange(0, GROUP_PAD)
@@ -45,7 +45,8 @@ def softmax_mistake_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, seq_lens_pt
         v = load_context_tile(v_cache_ptr, table, positions, seq_len, kv_head, stride_cache_block,
                               stride_cache_slot, stride_cache_head, BLOCK_SIZE, HEAD_DIM, HEAD_PAD)
         scores = tl.sum(q[:, None, :] * k[None, :, :], 2) * scale
-        scores = tl.where((positions < seq_len)[None, :], scores, float("-inf"))
+        if not WEIGHS_PAST_THE_END:   # the mistake: the loads are masked (0.0), the scores are not (exp(0 - max))
+            scores = tl.where((positions < seq_len)[None, :], scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, 1))
         if SKIPS_MAX:       # exp of the raw scores: exact in real numbers, inf in fp32 past 88
             new_max = tl.zeros_like(row_max)
@@ -61,7 +62,7 @@ def softmax_mistake_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, seq_lens_pt
 
 
 
-def with_a_softmax_mistake(forgets_rescale: bool = False, skips_max: bool = False):
+def with_a_softmax_mistake(forgets_rescale: bool = False, skips_max: bool = False, weighs_past_the_end: bool = False):
     def launch(q, k_cache, v_cache, seq_lens, block_tables, max_seq_len, scale, num_splits=None):
         num_heads, num_kv_heads, head_dim = check_attention_inputs(q, k_cache, v_cache)
         out = torch.empty_like(q)
@@ -72,7 +73,7 @@ def with_a_softmax_mistake(forgets_rescale: bool = False, skips_max: bool = Fals
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
             QUERIES_PER_KV=group, GROUP_PAD=max(16, pow2(group)), BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
             HEAD_PAD=padded_head_dim(head_dim), BLOCK_N=tile_sizes(head_dim, q.dtype)[1],
-            FORGETS_RESCALE=forgets_rescale, SKIPS_MAX=skips_max)
+            FORGETS_RESCALE=forgets_rescale, SKIPS_MAX=skips_max, WEIGHS_PAST_THE_END=weighs_past_the_end)
         return out
     return launch
 
@@ -126,9 +127,16 @@ def test_a_kernel_without_the_max_fails_on_large_scores_only():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the interpreter reducing the NaN it read
-def test_a_kernel_reading_to_the_block_end_fails_the_context_end_rule():
-    fails(check_context_end, masks_at_the_block_end, CONTEXT_END_RULE)
+def test_a_kernel_reading_to_the_block_end_fails_the_context_end_rule_for_reading():
+    fails(check_context_end, masks_at_the_block_end, UNREAD_RULE)
     check_one_tile(masks_at_the_block_end)
+
+
+def test_a_kernel_weighing_the_keys_past_the_end_fails_the_context_end_rule_for_weight():
+    kernel = with_a_softmax_mistake(weighs_past_the_end=True)
+    fails(check_context_end, kernel, NO_WEIGHT_RULE)
+    check_one_tile(kernel)
+    check_rescale(kernel)
 
 
 @pytest.mark.parametrize("kernel", [interleaves_gqa, forgets_the_kv_head_offset], ids=lambda k: k.__name__)

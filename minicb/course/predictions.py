@@ -92,6 +92,7 @@ class Prediction:
 
 
 PREDICTIONS: dict[str, Prediction] = {
+    "00.smollm2_batch_gain": Prediction({"a": 2, "b": 10, "c": 60}, unit="×", log=True),
     "01.static_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
     "01.uniform_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
     "01.padding_share": Prediction({"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),

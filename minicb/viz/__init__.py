@@ -4,8 +4,10 @@ render_* return HTML strings (inline SVG); SeatOccupancy, KVBlockMap and Timelin
 Jupyter (ipywidgets, imported only when a widget is made); save_* write them out for pages and READMEs.
 Playground re-simulates a workload under every serving knob (playground_run is its pure core), and
 load_curve / plot_load_curve show latency against the arrival rate (plot_rate_sweep: a real server's, from
-the benchmark client's sweep). ServerSeats follows a live server's seats.
+the benchmark client's sweep). plot_decode_batching: decode step time and tokens per second against batch
+size, per model (lesson 00). ServerSeats follows a live server's seats.
 """
+from minicb.viz.batching import plot_decode_batching
 from minicb.viz.export import save_gif, save_html, save_png
 from minicb.viz.kvblocks import render_kv_blocks
 from minicb.viz.live import ServerSeats
@@ -20,4 +22,4 @@ __all__ = ["SeatOccupancy", "KVBlockMap", "Timeline", "render_seats", "render_kv
            "latency_cdf", "timeline_still", "save_html", "save_gif", "save_png", "occupancy_chart", "Playground",
            "PlaygroundSettings",
            "PlaygroundResult", "playground_run", "render_result", "load_curve", "plot_load_curve", "knee",
-           "plot_rate_sweep", "ServerSeats"]
+           "plot_rate_sweep", "ServerSeats", "plot_decode_batching"]

@@ -128,6 +128,7 @@ PREDICTIONS: dict[str, Prediction] = {
     "09.hang_up": Prediction({"a": "its 400 tokens are generated anyway", "b": "aborted, its KV blocks free",
                               "c": "aborted, its KV blocks still in use"}),
     "10.prefilled_share": Prediction({"a": 0.9, "b": 0.5, "c": 0.1}, unit="%"),
+    "09.real_model_itl": Prediction({"a": 2, "b": 15, "c": 100}, unit="×", log=True),
     "10.running_at_once": Prediction({"a": 4, "b": 8, "c": 16}, unit="at once", log=True),
     "10.hit_rate_fall": Prediction({"a": "gradually, block by block", "b": "all at once"}),
 }

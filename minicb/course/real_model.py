@@ -23,6 +23,16 @@ STORED_DECODE_STEPS: dict[str, dict[int, float]] = {
     "SmolLM2-135M": {1: 0.0778, 4: 0.09974, 16: 0.1662, 64: 0.5055}}
 
 
+# Lesson 09: one streamed chat reply from a fresh server on SmolLM2 (its first request), and one completion of the
+# same length from the lesson's first server (Bard, served as "bard"), each as one client measured it (seconds).
+STORED_CHAT_REPLY = ("Paris is a city that has captivated the imagination of people from around the world, and its "
+                     "allure is undeniable. From the majestic Eiffel Tower to the opulent architecture of the Louvre "
+                     "Museum, Paris is a city that is both a symbol")
+STORED_CHAT_LATENCY: dict[str, dict[str, float]] = {
+    "SmolLM2": {"ttft_s": 0.669, "itl_mean_s": 0.0875, "tokens": 48},
+    "bard": {"ttft_s": 0.0204, "itl_mean_s": 0.00788, "tokens": 48}}
+
+
 def fetched_real_model(name: str = REAL_MODEL) -> Path | None:
     """The folder of `name` where `make real-model` has fetched it, else None, having said so."""
     folder = real_model_folder(name)

@@ -70,7 +70,8 @@ test-real-model: real-model
 
 # Every lesson, top to bottom, on SmolLM2-135M-Instruct (tests/test_any_model.py --lesson-model smollm2): a real
 # tokenizer and vocabulary, and a model 27x Bard's size. Outputs are not compared; a cell that raises fails.
-# Needs the model fetched (its prerequisite does it).
+# 25.5 minutes on 2 cores (2026-12-03, under load): lessons 09 and 02 about 4 minutes each, 03 and 10 about 3, the
+# rest less (a SmolLM2 decode step costs 15-25x Bard's on a CPU: lesson 00). `make test-any-model` takes about 4.
 test-real-model-lessons: real-model
 	env -u MINICB_MODEL MINICB_IMPL=solutions $(PY) -m pytest tests/test_any_model.py --any-model --lesson-model smollm2 --durations=0 -q
 

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve real-model test-real-model
+.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve real-model test-real-model test-real-model-lessons
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -67,6 +67,13 @@ real-model: $(STAMP)
 # /v1/chat/completions through the OpenAI SDK. Both run in fp32 on the CPU, whatever MINICB_DEVICE says.
 test-real-model: real-model
 	env -u MINICB_MODEL MINICB_IMPL=solutions $(PY) -m pytest tests/test_real_model.py --real-model --durations=0 -q
+
+# Every lesson, top to bottom, on SmolLM2-135M-Instruct (tests/test_any_model.py --lesson-model smollm2): a real
+# tokenizer and vocabulary, and a model 27x Bard's size. Outputs are not compared; a cell that raises fails.
+# 25.5 minutes on 2 cores (2026-12-03, under load): lessons 09 and 02 about 4 minutes each, 03 and 10 about 3, the
+# rest less (a SmolLM2 decode step costs 15-25x Bard's on a CPU: lesson 00). `make test-any-model` takes about 4.
+test-real-model-lessons: real-model
+	env -u MINICB_MODEL MINICB_IMPL=solutions $(PY) -m pytest tests/test_any_model.py --any-model --lesson-model smollm2 --durations=0 -q
 
 # Re-run every lesson and store its fresh outputs (after changing a lesson or the engine).
 notebooks: $(STAMP)

@@ -93,6 +93,11 @@ class ModelShape:
         return self.step_flops(num_tokens, context_tokens) / self.step_bytes(context_tokens)
 
 
+# HuggingFaceTB/SmolLM2-135M-Instruct's config.json (tied embeddings: the LM head is the input embedding, read
+# every step all the same), so its counts need no weights fetched.
+SMOLLM2_135M = ModelShape("SmolLM2-135M", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
+                          intermediate_size=1536, vocab_size=49152, context_window=8192)
+
 # Meta's Llama-3-8B config.json.
 LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                        intermediate_size=14336, vocab_size=128256, context_window=8192)
@@ -116,6 +121,40 @@ H200 = GPUSpec("H200", memory_bytes=141 * GB, hbm_bandwidth=4800 * GB, peak_flop
                host_link=50 * GB, host_link_name="PCIe 5.0 x16")
 # Effective one-way bandwidth of pinned copies over x16 links (about 80% of the raw 16/32/64 GB/s).
 HOST_LINKS = {"PCIe 3.0 x16": 12 * GB, "PCIe 4.0 x16": 25 * GB, "PCIe 5.0 x16": 50 * GB}
+
+
+@dataclass(frozen=True)
+class CPURoofline:
+    """This CPU's two roofs, measured on the threads torch uses: fp32 matmul FLOP/s and the bytes/s of one
+    pass over a tensor far larger than its caches (what a decode step's weight reads see)."""
+    flops: float
+    bandwidth: float
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP per byte read at which a step takes as long to compute as to read (RooflineCost.ridge_point)."""
+        return self.flops / self.bandwidth
+
+
+def measure_cpu_roofline(matmul_size: int = 768, stream_mb: int = 256, repeats: int = 3) -> CPURoofline:
+    """The best of `repeats` of a square fp32 matmul (as compute-bound as a CPU kernel gets) and of a sum over
+    stream_mb of fp32 (every byte read once, from RAM). Under a second; a timing, so it varies with load."""
+    import time
+
+    def best_of(work) -> float:
+        work()   # warm-up: first-touch page faults and thread start-up are not the roof
+        timings = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            work()
+            timings.append(time.perf_counter() - start)
+        return min(timings)
+
+    a = torch.randn(matmul_size, matmul_size)
+    stream = torch.ones(stream_mb * 2 ** 20 // 4)
+    matmul_s = best_of(lambda: a @ a)
+    stream_s = best_of(lambda: stream.sum())
+    return CPURoofline(flops=2 * matmul_size ** 3 / matmul_s, bandwidth=stream.numel() * 4 / stream_s)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ def pytest_addoption(parser):
     parser.addoption("--any-model", action="store_true",
                      help="also run tests/test_any_model.py: every lesson on a tiny random-init Qwen2 (minutes; "
                           "`make test-any-model`)")
+    parser.addoption("--lesson-model", default=None, metavar="MODEL",
+                     help="with --any-model, run every lesson on MODEL (a fetched model's name such as smollm2, or "
+                          "a folder) instead of the tiny random Qwen2: `make test-real-model-lessons`")
     parser.addoption("--real-model", action="store_true",
                      help="also run tests/test_real_model.py on SmolLM2-135M-Instruct, fetched by `make real-model` "
                           "(minutes; `make test-real-model`)")

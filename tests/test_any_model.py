@@ -7,6 +7,9 @@ The lessons run one after another, each in a fresh kernel, with MINICB_IMPL=solu
 working directory, as nbval runs them. It takes minutes, so `make test` skips it: `make test-any-model` (or
 `pytest tests/test_any_model.py --any-model`) runs it. MINICB_DEVICE and MINICB_DTYPE pass through, so on a
 GPU machine every lesson runs there.
+
+`--lesson-model smollm2` (`make test-real-model-lessons`) runs them on that model instead, a real pretrained one
+with its own tokenizer and vocabulary, fetched beforehand by `make real-model`.
 """
 from __future__ import annotations
 
@@ -25,6 +28,16 @@ pytestmark = pytest.mark.any_model   # skipped unless --any-model (tests/conftes
 
 
 @pytest.fixture(scope="module")
+def lesson_model(request, tmp_path_factory) -> str:
+    """What MINICB_MODEL names for every lesson: --lesson-model when given, else the tiny Qwen2 built here."""
+    chosen = request.config.getoption("--lesson-model")
+    if chosen:
+        from minicb.model.loader import resolve_model_path
+        resolve_model_path(chosen)   # a model that is not there fails once, here, naming the command that fetches it
+        return chosen
+    return str(tiny_qwen2(tmp_path_factory))
+
+
 def tiny_qwen2(tmp_path_factory) -> Path:
     """A Qwen2 of two layers (grouped-query attention, biased QKV, untied embeddings: not Bard's Llama),
     with Bard's vocabulary and tokenizer, and the 1,024 positions the lessons' longest prompts need."""
@@ -42,8 +55,8 @@ def tiny_qwen2(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_the_lesson_runs_on_another_model(path: Path, tiny_qwen2: Path, monkeypatch):
-    monkeypatch.setenv("MINICB_MODEL", str(tiny_qwen2))   # the kernel inherits this process's environment
+def test_the_lesson_runs_on_another_model(path: Path, lesson_model: str, monkeypatch):
+    monkeypatch.setenv("MINICB_MODEL", lesson_model)   # the kernel inherits this process's environment
     monkeypatch.setenv("MINICB_IMPL", "solutions")
     nb = nbformat.read(path, as_version=4)
     started: list[int] = []   # the index of each cell as it starts: the last one is the one that failed
@@ -59,5 +72,5 @@ def test_the_lesson_runs_on_another_model(path: Path, tiny_qwen2: Path, monkeypa
         code_index = sum(c.cell_type == "code" for c in nb.cells[:index])   # as nbval and check_notebooks count
         first_line = (nb.cells[index].source.strip().splitlines() or [""])[0]
         message = re.sub(r"\x1b\[[0-9;]*m", "", str(error))   # the traceback without its terminal colours
-        pytest.fail(f"{path.name}, cell {index} (code cell {code_index}: {first_line[:70]!r}) on a tiny random-init "
-                    f"Qwen2 (MINICB_MODEL={tiny_qwen2}): {type(error).__name__}: {message}", pytrace=False)
+        pytest.fail(f"{path.name}, cell {index} (code cell {code_index}: {first_line[:70]!r}) with "
+                    f"MINICB_MODEL={lesson_model}: {type(error).__name__}: {message}", pytrace=False)

@@ -137,3 +137,16 @@ def test_a_copy_per_piece_adds_each_blocks_pieces_to_the_bytes():
     assert batched.per_swapped_token == pytest.approx(128 * 1024 / 50e9)
     assert per_piece.per_swapped_token == pytest.approx(128 * 1024 / 50e9 + 4 * 1e-5)
     assert per_piece.preemption_cost().swap_per_token == pytest.approx(2 * per_piece.per_swapped_token)
+
+
+def test_smollm2_shapes_are_its_config_and_the_cpu_ridge_is_its_roofs_ratio():
+    from minicb.hardware import SMOLLM2_135M, measure_cpu_roofline
+    from minicb.model.fetch import real_model_folder
+
+    folder = real_model_folder("smollm2")
+    if (folder / "config.json").is_file():   # fetched (make real-model): the stored shapes are its config's
+        from minicb.model.config import read_model_config
+        assert ModelShape.of(read_model_config(folder), SMOLLM2_135M.name) == SMOLLM2_135M
+    assert SMOLLM2_135M.streamed_params == 134_515_008   # 30 layers of 3.5M weights, and the 28M LM head
+    roofs = measure_cpu_roofline(matmul_size=64, stream_mb=1, repeats=1)
+    assert roofs.flops > 0 and roofs.bandwidth > 0 and roofs.ridge_point == roofs.flops / roofs.bandwidth

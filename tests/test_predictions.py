@@ -41,7 +41,7 @@ def test_each_prediction_is_asked_after_its_prompt_revealed_after_its_run_and_an
 
 
 def test_every_lesson_from_01_asks_for_at_least_three_predictions_once_converted():
-    per_lesson = {lesson: asked for lesson, (asked, _, _) in lesson_counts({}).items()}
+    per_lesson = {lesson: asked for lesson, (asked, _, _) in lesson_counts({}).items() if lesson != "00"}
     assert per_lesson and all(asked >= 3 for asked in per_lesson.values()), per_lesson
 
 

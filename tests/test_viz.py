@@ -369,3 +369,20 @@ def test_the_views_the_export_and_the_widgets_import_one_way():
                 # A module of the package, else the package itself (a name its __init__ exports).
                 stem = parts[2] if len(parts) > 2 and parts[2] in layer else "__init__"
                 assert layer[stem] < layer[path.stem], f"{path} imports {'.'.join(parts)}: not from a lower layer"
+
+
+def test_decode_batching_plots_step_time_and_tokens_per_second_per_model():
+    from minicb.viz import plot_decode_batching
+
+    steps = {"Bard": {1: 0.002, 4: 0.003, 64: 0.03}, "SmolLM2-135M": {1: 0.07, 4: 0.1, 64: 0.5}}
+    fig = plot_decode_batching(steps, title="decode")
+    step_ax, rate_ax = fig.axes
+    for ax, expect in ((step_ax, lambda s, n: s[n] * 1e3), (rate_ax, lambda s, n: n / s[n])):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == set(steps)
+        for model, line in lines.items():
+            assert list(line.get_xdata()) == sorted(steps[model])
+            assert list(line.get_ydata()) == pytest.approx([expect(steps[model], n) for n in sorted(steps[model])])
+    assert fig._repr_png_().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="at least one"):
+        plot_decode_batching({"Bard": {}})

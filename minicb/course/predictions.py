@@ -92,6 +92,7 @@ class Prediction:
 
 
 PREDICTIONS: dict[str, Prediction] = {
+    "00.smollm2_batch_gain": Prediction({"a": 2, "b": 10, "c": 60}, unit="×", log=True),
     "01.static_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.3}, unit="%"),
     "01.uniform_utilization": Prediction({"a": 0.9, "b": 0.55, "c": 0.2}, unit="%"),
     "01.padding_share": Prediction({"a": 0.1, "b": 0.3, "c": 0.5}, unit="%"),
@@ -127,6 +128,7 @@ PREDICTIONS: dict[str, Prediction] = {
     "09.hang_up": Prediction({"a": "its 400 tokens are generated anyway", "b": "aborted, its KV blocks free",
                               "c": "aborted, its KV blocks still in use"}),
     "10.prefilled_share": Prediction({"a": 0.9, "b": 0.5, "c": 0.1}, unit="%"),
+    "09.real_model_itl": Prediction({"a": 2, "b": 15, "c": 100}, unit="×", log=True),
     "10.running_at_once": Prediction({"a": 4, "b": 8, "c": 16}, unit="at once", log=True),
     "10.hit_rate_fall": Prediction({"a": "gradually, block by block", "b": "all at once"}),
 }

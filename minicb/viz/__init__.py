@@ -5,8 +5,10 @@ Jupyter (ipywidgets, imported only when a widget is made); save_* write them out
 Playground re-simulates a workload under every serving knob (playground_run is its pure core), and
 load_curve / plot_load_curve show latency against the arrival rate (plot_rate_sweep: a real server's, from
 the benchmark client's sweep). ServerSeats follows a live server's seats. minicb.viz.charts holds the
-lessons' other charts, each drawing what a lesson cell measured.
+lessons' other charts, each drawing what a lesson cell measured (plot_decode_batching, lesson 00's, is
+exported here).
 """
+from minicb.viz.charts import plot_decode_batching
 from minicb.viz.export import save_gif, save_html, save_png
 from minicb.viz.kvblocks import render_kv_blocks
 from minicb.viz.live import ServerSeats
@@ -21,4 +23,4 @@ __all__ = ["SeatOccupancy", "KVBlockMap", "Timeline", "render_seats", "render_kv
            "latency_cdf", "timeline_still", "save_html", "save_gif", "save_png", "occupancy_chart", "Playground",
            "PlaygroundSettings",
            "PlaygroundResult", "playground_run", "render_result", "load_curve", "plot_load_curve", "knee",
-           "plot_rate_sweep", "ServerSeats"]
+           "plot_rate_sweep", "ServerSeats", "plot_decode_batching"]

@@ -1,6 +1,6 @@
 """minicb's continuous batching against Hugging Face transformers, one workload, one run, one machine.
 
-    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16] [--compile]
+    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16] [--compile] [--model PATH_OR_NAME]
 
 Every engine serves the same prompts with the same per-request output lengths (forced, greedy),
 so the useful tokens are identical and only the serving differs:
@@ -8,6 +8,12 @@ so the useful tokens are identical and only the serving differs:
   its second pass over the workload: the first one compiles);
 - HF `generate`, left-padded static batches of `seats`, each run to its longest member;
 - HF's own continuous batching manager (transformers >= 5), an explicit small config.
+
+The default model is the shipped Bard: speaker-line prompts, heavy-tailed lengths up to 256 tokens. `--model`
+takes what MINICB_MODEL takes (a folder, a .gguf file, a fetched model's name such as "smollm2", a hub id); a
+model with a chat template gets chat requests instead, each a question through its template, with heavy-tailed
+lengths up to 64 tokens (`--max-tokens` changes either cap). ms/step is the wall time over the forward passes,
+prefill and decode steps alike.
 """
 from __future__ import annotations
 
@@ -21,7 +27,28 @@ from typing import NamedTuple
 import torch
 
 from minicb import BARD_PATH, LLM
-from minicb.workload import make_workload
+from minicb.model.loader import resolve_model_path
+from minicb.workload import make_workload, output_lengths
+
+# Chat requests for a model with a chat template: what people ask a small assistant, short and long.
+CHAT_QUESTIONS = [
+    "What is the capital of France?",
+    "Write a short poem about the sea.",
+    "Explain how photosynthesis works, step by step.",
+    "Give me three tips for learning to program.",
+    "What is the difference between a virus and a bacterium?",
+    "Why is the sky blue?",
+    "Tell me a story about a dragon who loves books.",
+    "How do I make a cup of tea?",
+    "Summarise the plot of Romeo and Juliet in a few sentences.",
+    "What are the planets of the solar system, in order from the sun?",
+    "Can you explain what a neural network is to a ten-year-old?",
+    "List five healthy breakfast ideas.",
+    "What should I pack for a weekend hiking trip in the mountains?",
+    "Translate 'good morning, how are you?' into French and Spanish.",
+    "Why do cats purr?",
+    "Write a haiku about autumn leaves.",
+]
 
 
 class Run(NamedTuple):
@@ -56,8 +83,11 @@ def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: P
                device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch", compile: bool = False) -> Run:
     from minicb import SamplingParams
 
+    # A KV pool that holds every request at once, as HF's 4,096 pages do: no run is slowed by preemption.
+    block_size, totals = 16, [len(p) + n for p, n in zip(prompts, lengths)]
     llm = LLM(str(path), device=device, dtype=dtype, attn_backend=attn_backend, max_num_seqs=seats,
-              max_num_batched_tokens=4096, compile=compile)   # the default 256 MiB KV pool: ample for Bard
+              max_num_batched_tokens=4096, block_size=block_size, max_model_len=max(totals),
+              num_blocks=sum(-(-t // block_size) for t in totals), compile=compile)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
     if compile:
         llm.generate(prompts, params, use_tqdm=False)   # compiles; the timed pass below reuses the graphs
@@ -116,37 +146,55 @@ def run_hf_continuous(prompts: list[list[int]], lengths: list[int], seats: int, 
     return Run(wall, model.forward_calls)
 
 
+def workload(tokenizer, num_requests: int, max_tokens: int | None) -> tuple[list[list[int]], list[int]]:
+    """Prompt ids and forced output lengths (heavy-tailed, seeded): chat questions through the model's chat
+    template where it has one, else Bard's speaker lines (the workload of every earlier run)."""
+    if not tokenizer.chat_template:
+        work = make_workload(num_requests, lengths="heavy", seed=0, max_tokens=max_tokens or 256)
+        return [tokenizer(w.prompt)["input_ids"] for w in work], [w.params.max_tokens for w in work]
+    chats = [[{"role": "user", "content": CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)]}] for i in range(num_requests)]
+    prompts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"]
+               for chat in chats]
+    return prompts, output_lengths(num_requests, "heavy", seed=0, max_len=max_tokens or 64)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--seats", type=int, default=16)
     ap.add_argument("--compile", action="store_true", help="add a row for minicb with EngineConfig.compile=True")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/vs_hf.json"))
+    ap.add_argument("--model", default=None, help="a folder, .gguf file, fetched name (smollm2) or hub id; "
+                                                  "default: the shipped Bard")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="cap of the heavy-tailed output lengths (default: 64 for a chat model, 256 for Bard)")
+    ap.add_argument("--out", type=Path, default=None, help="default: bench/results/vs_hf[_MODEL].json")
     args = ap.parse_args()
+    path = resolve_model_path(args.model)
+    args.out = args.out or Path(f"bench/results/vs_hf{'_' + path.name if args.model else ''}.json")
 
-    work = make_workload(args.requests, lengths="heavy", seed=0, max_tokens=256)
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(BARD_PATH))
-    prompts = [tok(w.prompt)["input_ids"] for w in work]
-    lengths = [w.params.max_tokens for w in work]
+    tok = AutoTokenizer.from_pretrained(str(path))
+    prompts, lengths = workload(tok, args.requests, args.max_tokens)
     useful = sum(lengths)
-    runs = {"minicb continuous": run_minicb(prompts, lengths, args.seats),
-            **({"minicb continuous, compiled": run_minicb(prompts, lengths, args.seats, compile=True)}
+    runs = {"minicb continuous": run_minicb(prompts, lengths, args.seats, path),
+            **({"minicb continuous, compiled": run_minicb(prompts, lengths, args.seats, path, compile=True)}
                if args.compile else {}),
-            "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id),
-            "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats)}
+            "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id, path),
+            "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats, path)}
     rows = {name: {"wall_s": round(r.wall_s, 2), "steps": r.steps, "ms_per_step": round(1e3 * r.wall_s / r.steps, 2),
                    "useful_tok_per_s": round(useful / r.wall_s, 1)} for name, r in runs.items()}
     base = rows["minicb continuous"]["useful_tok_per_s"]
-    print(f"{args.requests} requests, {useful} useful tokens, seats={args.seats}, "
+    print(f"{path.name}: {args.requests} {'chat ' if tok.chat_template else ''}requests, "
+          f"prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, {useful} useful tokens, "
+          f"seats={args.seats}, "
           f"torch threads={torch.get_num_threads()}")
     print(f"{'engine':32s} {'wall s':>8s} {'steps':>6s} {'ms/step':>8s} {'tok/s':>9s} {'minicb / this':>14s}")
     for name, r in rows.items():
         print(f"{name:32s} {r['wall_s']:8.2f} {r['steps']:6d} {r['ms_per_step']:8.2f} {r['useful_tok_per_s']:9.1f} "
               f"{base / r['useful_tok_per_s']:14.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"requests": args.requests, "seats": args.seats, "useful_tokens": useful,
+    args.out.write_text(json.dumps({"model": str(path), "requests": args.requests, "seats": args.seats, "useful_tokens": useful,
                                     "lengths": lengths, "engines": rows}, indent=2) + "\n")
 
 

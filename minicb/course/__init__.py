@@ -94,7 +94,7 @@ TASKS = [
     Task(6, 1, "lesson06_preemption", "choose_victim",
          "which running request gives its KV blocks back, and whether they are swapped or recomputed",
          also=("should_swap",)),
-    Task(6, 2, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean latency"),
+    Task(6, 2, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean and keeps the tail"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
     Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),

@@ -83,8 +83,10 @@ def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
 
     The outcome (graded on workloads it has not seen): requests whose prompts begin with one of a few
     hot prologues, used again and again, or with a cold one, used once, in a pool too small to keep
-    everything. Your policy's prefix-cache hit rate must beat least recently used's by at least
-    4 percentage points on every workload, with every request's tokens unchanged.
+    everything. In half the workloads the hot prologues stay hot; in the other half they change halfway
+    through (minicb.prefix_cache.hot_and_cold_prompts(seed, phases=2)), and what was hot is not asked for
+    again. Your policy's prefix-cache hit rate must beat least recently used's by at least 3 percentage
+    points on every workload, with every request's tokens unchanged.
     """
     raise NotImplementedError("Lesson 10, task 2: choose_eviction: which cached block to evict next. "
                               "Check it with: pytest tests/exercises -k lesson10_task2")

@@ -94,7 +94,8 @@ TASKS = [
     Task(6, 1, "lesson06_preemption", "choose_victim",
          "which running request gives its KV blocks back, and whether they are swapped or recomputed",
          also=("should_swap",)),
-    Task(6, 2, "lesson06_preemption", "choose_victim_for_latency", "a victim policy that lowers the mean and keeps the tail"),
+    Task(6, 2, "lesson06_preemption", "choose_victim_for_latency",
+         "a victim policy that lowers the mean and keeps the tail"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
     Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),
@@ -102,7 +103,8 @@ TASKS = [
     Task(10, 1, "lesson10_prefix_cache", "block_hashes",
          "the chain hash of each full block, and how many leading blocks the cache holds",
          also=("longest_cached_prefix",)),
-    Task(10, 2, "lesson10_prefix_cache", "choose_eviction", "which cached block to evict: more hits than LRU"),
+    Task(10, 2, "lesson10_prefix_cache", "choose_eviction",
+         "which cached block to evict: more hits than LRU, also when the hot set changes"),
 ]
 
 # The EngineParts fields a task's functions fill (each function's name is the field's). Lesson 04's task 1 is

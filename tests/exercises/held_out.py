@@ -21,6 +21,10 @@ VICTIM_POLICY = tuple(range(101, 109))   # eight: a p99 of 200 requests moves a 
 # three of them.
 SLO_CONFIG = (101, 102, 113, 127, 130)
 
+# Lesson 10 task 2: hot_and_cold_prompts' draws, each served twice: with its hot prologues throughout, and with
+# them changed halfway.
+EVICTION = (201, 202, 203, 204)
+
 # Lesson 08 task 1: the capstone's workloads, ten, more than the practice seeds, so that a lower edge among
 # them is likely.
 CAPSTONE = tuple(range(1000, 1010))

@@ -140,6 +140,12 @@ def evicts_the_most_reused(candidates):
     return max(candidates, key=lambda c: (c.hits, c.depth, -c.last_used)).block
 
 
+def least_frequently_used(candidates):
+    """Fewest hits first: beats least recently used while the hot prologues stay hot, and holds on to them
+    after their traffic has moved on."""
+    return min(candidates, key=lambda c: (c.hits, -c.depth, c.last_used)).block
+
+
 def evicts_the_deepest(candidates):
     """Only tails first: a cold prologue's head stays as long as a hot one's."""
     return max(candidates, key=lambda c: (c.depth, -c.last_used)).block
@@ -166,6 +172,7 @@ CONTROLS = [
     (least_recently_used, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
     (evicts_the_most_reused, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
     (evicts_the_deepest, check_eviction_beats_lru, "the outcome: beat least recently used's hit rate"),
+    (least_frequently_used, check_eviction_beats_lru, "one whose hot prologues change halfway"),
 ]
 
 

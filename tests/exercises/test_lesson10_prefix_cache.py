@@ -12,8 +12,8 @@ import functools
 import hashlib
 from types import MappingProxyType
 
-import pytest
 import held_out
+import pytest
 from grading import obeying, simulated_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -374,27 +374,23 @@ def check_eviction_contract(fn) -> None:
 # of 36 blocks of 4 keeps a few prologues beside the 4 running requests, not all of them.
 POOL = dict(num_blocks=36, block_size=4, max_num_seqs=4)
 MARGIN = 0.03
-WORKLOADS = [(seed, phases) for phases in (1, 2) for seed in held_out.EVICTION]
+WORKLOADS = tuple((seed, phases) for phases in (1, 2) for seed in held_out.EVICTION)
 
 
 def hit_rate(results: dict[str, tuple[list[int], int]], prompts: list[list[int]]) -> float:
     return sum(cached for _, cached in results.values()) / sum(map(len, prompts))
 
 
-def workload_prompts(seed: int, phases: int) -> list[list[int]]:
-    return hot_and_cold_prompts(seed, phases=phases)
-
-
 @functools.cache
 def served_by_lru(seed: int, phases: int) -> dict[str, tuple[list[int], int]]:
-    return serve(EngineParts(), workload_prompts(seed, phases), **POOL)
+    return serve(EngineParts(), hot_and_cold_prompts(seed, phases=phases), **POOL)
 
 
 def check_eviction_beats_lru(fn) -> float:
     """The smallest gain over least recently used's hit rate, on the held-out workloads."""
     gains = []
     for i, (seed, phases) in enumerate(WORKLOADS):
-        prompts, lru = workload_prompts(seed, phases), served_by_lru(seed, phases)
+        prompts, lru = hot_and_cold_prompts(seed, phases=phases), served_by_lru(seed, phases)
         yours = serve(EngineParts(choose_eviction=fn), prompts, **POOL)
         tokens = {rid: tokens for rid, (tokens, _) in yours.items()}
         assert tokens == {rid: tokens for rid, (tokens, _) in lru.items()}, (
@@ -403,7 +399,7 @@ def check_eviction_beats_lru(fn) -> float:
         kind = "whose hot prologues change halfway" if phases > 1 else "whose hot prologues stay hot"
         assert mine_rate >= lru_rate + MARGIN, (
             f"the outcome: beat least recently used's hit rate by {MARGIN * 100:.0f} percentage points on every "
-            f"workload: on {held_out.place(i, tuple(WORKLOADS))}, one {kind}, yours is {mine_rate:.1%}, least "
+            f"workload: on {held_out.place(i, WORKLOADS)}, one {kind}, yours is {mine_rate:.1%}, least "
             f"recently used's {lru_rate:.1%}")
         gains.append(mine_rate - lru_rate)
     return min(gains)

@@ -229,7 +229,7 @@ FIGURES = [
     Figure(L07, "`max_waiting=32` does nearly as well ({g2})", L07, OVERLOAD, OVERLOAD_SHOWN),
     # lesson 08
     Figure(L08, "**(c)**: p50 {p50} ms, p99 {p99} ms, about {x}×. The queue is not the cause: the time to first "
-           "token stays at {ttft99} ms even at p99", L08, "load = make_workload(10_000",
+           "token stays at {ttft99} ms even at p99", L08, "load = make_workload(3_000",
            "time to first token p50 … p99 {ttft99} ms … end to end p50 {p50} ms p90 … p99 {p99} ms",
            {"x": lambda g: g["p99"] / g["p50"]}),
     Figure(L08, "**(b)**: {gain}×, from {s_steps} static steps to {c_steps} continuous ones ({x}× fewer)", L08,
@@ -251,7 +251,7 @@ FIGURES = [
     Figure(L09, "**(b)**: aborted by the server: {n}; requests running: {running}; KV cache in use: {kv}%", L09,
            "aborted_before = server_state()", "aborted by the server: {n}; requests running: {running}; KV cache in "
            "use: {kv}%"),
-    Figure(L08, "Only {util}% of the seat-steps above did work", L08, "load = make_workload(10_000",
+    Figure(L08, "Only {util}% of the seat-steps above did work", L08, "load = make_workload(3_000",
            "seat utilization {util}%"),
     Figure(L08, "keeps every seat busy while a request waits, and serves about {rate} requests per second", L08,
            "over = make_workload(2_000", "200 req/s: … seats busy {u}% over the run, 100% while one waited; {rate} "

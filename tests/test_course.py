@@ -514,8 +514,12 @@ def test_lesson03_task1_fails(x):
     assert x == 1, "wrong batch"
 
 
+def test_lesson07_task1_passes_a_rule():
+    pass
+
+
 def test_lesson07_task1_skips():
-    pytest.skip("needs a GPU")
+    pytest.skip("needs a GPU")   # a rule left unchecked: the task is not done though its other rule passed
 ''',
     "tests/exercises/test_lesson06.py": "import exercises.lesson06_preemption\n\n\ndef test_lesson06_task1_x():\n"
                                         "    pass\n",

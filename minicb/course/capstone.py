@@ -128,8 +128,12 @@ def grade(answer: object, reference_rate: float, seeds: tuple[int, ...],
         report = list(reports.values())[-1]
         slo_failure = (f"at your rate {rate:.1f} req/s the SLO fails on held-out workload {len(reports)} of "
                        f"{len(seeds)}: {missed(report, problem.target)}")
-    rate_failure = None
-    if rate < RATE_SHARE * reference_rate:
-        rate_failure = (f"your rate {rate:.1f} req/s is {rate / reference_rate:.0%} of the reference's "
-                        f"{reference_rate:.1f} req/s: at least {RATE_SHARE:.0%} is needed")
-    return CapstoneGrade(None, slo_failure, rate_failure, reports)
+    return CapstoneGrade(None, slo_failure, short_of_the_reference(rate, reference_rate), reports)
+
+
+def short_of_the_reference(rate: float, reference_rate: float) -> str | None:
+    """What is wrong with a rate under RATE_SHARE of the reference's, in words; None when it is not."""
+    if rate >= RATE_SHARE * reference_rate:
+        return None
+    return (f"your rate {rate:.1f} req/s is {rate / reference_rate:.0%} of the reference's {reference_rate:.1f} "
+            f"req/s: at least {RATE_SHARE:.0%} is needed")

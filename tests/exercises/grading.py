@@ -6,7 +6,9 @@ from types import ModuleType
 import pytest
 from hypothesis import given, settings
 
+from minicb import course
 from minicb.course import Task
+from minicb.course.checkout import REPO_ROOT
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
@@ -25,6 +27,15 @@ def imported_instead_of_written(task: Task, module: ModuleType) -> str | None:
                 return (f"{task.label}: exercises/{task.module}.py::{symbol} is {origin}'s, imported: write it in your "
                         "file; the check grades your function, not minicb's own")
     return None
+
+
+def reference_lesson(module: str) -> ModuleType:
+    """solutions.<module>, the reference answer whose result an outcome check uses as its bar. A checkout without
+    solutions/ (a held-out trial) skips only the checks that need it, saying so; the others still grade."""
+    if not (REPO_ROOT / "solutions" / f"{module}.py").is_file():
+        pytest.skip(f"this check's bar is the reference answer's, solutions/{module}.py, which this checkout lacks: "
+                    "`git checkout -- solutions` brings it back")
+    return course.lesson(module, "solutions")
 
 
 def ids(n: int) -> list[int]:

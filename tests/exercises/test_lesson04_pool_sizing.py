@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 
 import held_out
+from grading import reference_lesson
 
 from minicb import course
 from minicb.course.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport,
@@ -20,9 +21,7 @@ mine = course.lesson("lesson04_paged_kv")
 
 
 def reference():
-    """The reference answer, imported when a check needs it: a checkout without solutions/ (a held-out
-    trial) still collects every lesson's checks."""
-    return course.lesson("lesson04_paged_kv", "solutions")
+    return reference_lesson("lesson04_paged_kv")
 
 
 PROBLEM = PoolProblem()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from grading import imported_instead_of_written
+from grading import imported_instead_of_written, reference_lesson
 
 from minicb import course
 from minicb.block_manager import PagedAllocator
@@ -47,3 +47,11 @@ def test_a_function_imported_under_the_tasks_name_is_refused_by_where_it_came_fr
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=lambda t: f"lesson{t.lesson:02d}_task{t.number}")
 def test_the_stubs_are_written_in_their_files(task):
     assert imported_instead_of_written(task, course.lesson(task.module, "exercises")) is None
+
+
+def test_a_check_whose_bar_is_the_reference_answer_skips_in_words_where_solutions_is_missing():
+    """A held-out trial's checkout has no solutions/: the outcome checks that need the reference's result skip,
+    naming the file and how to bring it back, instead of a raw ModuleNotFoundError."""
+    with pytest.raises(pytest.skip.Exception, match=r"solutions/lesson99_absent\.py, which this checkout lacks"):
+        reference_lesson("lesson99_absent")
+    assert reference_lesson("lesson08_capstone").__name__ == "solutions.lesson08_capstone"

@@ -175,15 +175,15 @@ def test_lesson06_task1_the_engine_follows_your_swap_choice_without_a_cost_model
 def check_meets_the_latency_targets(policy) -> str:
     """The policy's mean and p99 end-to-end latency on the held-out workloads, as shares of latest-first's."""
     result = compare_victim_policies(policy, held_out.VICTIM_POLICY)
-    per_workload = "; ".join(f"{held_out.place(i, held_out.VICTIM_POLICY)}: yours {y}, minicb's {m}"
-                             for i, (y, m) in enumerate(result.pairs))
+    per_workload = "".join(f"\n  {held_out.place(i, held_out.VICTIM_POLICY)}: yours {y}, minicb's {m}"
+                           for i, (y, m) in enumerate(result.pairs))   # a line each: readable in pytest's report
     assert result.mean_share <= TARGET, (
         f"rule: the mean end-to-end latency must be at most {TARGET:.0%} of minicb's latest-first; yours is "
-        f"{result.mean_share:.1%} of it on the {len(result.pairs)} held-out workloads ({per_workload})")
+        f"{result.mean_share:.1%} of it on the {len(result.pairs)} held-out workloads:{per_workload}")
     assert result.p99_share <= TAIL_BOUND, (
         f"rule: the p99 end-to-end latency must stay within {TAIL_BOUND:.0%} of latest-first's, averaged over the "
         f"workloads; yours is {result.p99_share:.1%} of it, with the mean at {result.mean_share:.1%}: the mean "
-        f"was bought with the tail ({per_workload})")
+        f"was bought with the tail. The held-out workloads:{per_workload}")
     return str(result)
 
 

@@ -45,8 +45,8 @@ def slo_config() -> dict:
     Try yours with minicb.course.slo.grade_slo(slo_config(), seed=s) on minicb.course.slo.PRACTICE_SEEDS, the
     lesson's seed 0 among them. The test grades it on workloads drawn the same way from seeds you have not
     seen, each one that the reference answer's configuration serves (minicb's own parts run them, so this
-    task does not wait for task 1). The draws differ in their bursts: a configuration that meets the SLO on one seed can
-    turn away too many on another, and some seeds (3, for one) bring bursts that no configuration tried
-    serves within the SLO."""
+    task does not wait for task 1). The draws differ in their bursts: a configuration that meets the SLO on
+    one seed can turn away too many on another, and some seeds (3, for one) bring bursts that no
+    configuration tried serves within the SLO."""
     raise NotImplementedError("Lesson 07, task 2: slo_config: a configuration that meets the SLO. "
                               "Check it with: pytest tests/exercises -k lesson07_task2")

@@ -113,11 +113,11 @@ class CapstoneGrade:
         return "passed" if self.passed else "failed: " + "; ".join(broken)
 
 
-def grade(answer: object, reference_rate: float, seeds: tuple[int, ...],
+def grade(answer: object, reference_rate: float | None, seeds: tuple[int, ...],
           problem: CapstoneProblem = CapstoneProblem()) -> CapstoneGrade:
     """Judge a capstone answer (config, rate) on the workloads of `seeds`, held out from the learner, against
-    the reference's rate, on your lessons' parts (meets_slo's default). A failure names a workload by its
-    place among them, not by its seed."""
+    the reference's rate (None: the rate is not judged), on your lessons' parts (meets_slo's default). A failure
+    names a workload by its place among them, not by its seed."""
     error = answer_error(answer)
     if error:
         return CapstoneGrade(error)
@@ -128,7 +128,8 @@ def grade(answer: object, reference_rate: float, seeds: tuple[int, ...],
         report = list(reports.values())[-1]
         slo_failure = (f"at your rate {rate:.1f} req/s the SLO fails on held-out workload {len(reports)} of "
                        f"{len(seeds)}: {missed(report, problem.target)}")
-    return CapstoneGrade(None, slo_failure, short_of_the_reference(rate, reference_rate), reports)
+    rate_failure = None if reference_rate is None else short_of_the_reference(rate, reference_rate)
+    return CapstoneGrade(None, slo_failure, rate_failure, reports)
 
 
 def short_of_the_reference(rate: float, reference_rate: float) -> str | None:

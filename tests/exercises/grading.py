@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 
 from minicb import course
-from minicb.course import Task
-from minicb.course.checkout import REPO_ROOT
+from minicb.course import REPO_ROOT, Task
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams

@@ -43,7 +43,7 @@ def valid_answer() -> tuple[dict, float]:
 def graded() -> CapstoneGrade:
     """Your answer run on the unseen seeds. Its rate is judged against the reference's in rule 3's check,
     so that rule 2 needs no reference."""
-    return grade(valid_answer(), 0.0, held_out.CAPSTONE)
+    return grade(valid_answer(), None, held_out.CAPSTONE)
 
 
 def test_lesson08_task1_the_answer_is_a_configuration_and_a_rate():

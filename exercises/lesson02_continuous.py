@@ -21,21 +21,22 @@ def plan_step(state: StepState) -> StepPlan:
     to start, freed by a victim), ask lesson 07's chunk decision how many tokens a request may run with a
     given budget left, and ask lesson 06's choose_victim who gives way among some running requests.
 
-    The contract (the scheduler checks each rule, and names the one a plan breaks):
-    - never more than state.token_budget tokens (a step running one request alone may, if its chunk
-      says so), state.free_seats new requests, or the blocks the pool holds;
-    - victims: a running request gives way only while the running requests' next tokens need more
-      blocks than the pool has, and each is the one choose_victim names among those still running.
-      "Their next tokens" are what runs would give them if nobody started: under prefill_first the
-      decodes' chunks with the budget the running prompts leave;
-    - runs: every running request that has not given way runs, with the tokens its chunk gives it at its
-      turn, asked with the budget the requests before it left (a request its chunk gives 0 is left out of
-      runs: it waits for the next step). state.order says whose turn comes first:
-      "decode_first", the running requests, in order; "prefill_first", the running prompts (more than
-      one uncomputed token), then the requests that start, then the running decodes;
-    - starts: first come, first served: the requests that start are the first of state.line, in its
-      order, as many as get a seat, tokens and blocks; nobody starts in a step where someone gave way,
-      and under prefill_first the blocks the running decodes will need are not theirs to take.
+    The contract (the scheduler checks each rule, and names the one a plan breaks with the plan it gives):
+    - limits: the step runs at most state.token_budget tokens (one request running alone may run more, if
+      its chunk gives it more), starts at most state.free_seats requests, and takes no more blocks than
+      the pool has, with what its victims give back;
+    - victims: as few as the pool needs. Nobody gives way while the running requests' next tokens fit
+      the pool, and each victim is choose_victim's pick among the running requests that are still in;
+    - every request in the plan gets what its chunk gives it with the budget left to it, no more, no
+      less: the chunk, not the plan, decides how a request is cut;
+    - nothing waits that could run: every running request that is not a victim is in runs, unless its
+      chunk gives it nothing;
+    - first come, first served: the requests that start are the first of state.line, as many as the
+      seats, the budget and the pool take; nobody starts after one that cannot, or in a step where
+      someone gave way;
+    - state.order says whom the budget serves first. decode_first: the running requests, in their order,
+      before anyone starts. prefill_first: the running prompts, then the newcomers, before the running
+      decodes; a newcomer never takes the blocks a running decode will need.
     """
     raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who gives way, runs and starts. "
                               "Check it with: pytest tests/exercises -k lesson02_task1")

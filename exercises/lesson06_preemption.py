@@ -48,8 +48,8 @@ def should_swap(victim: RequestView, mode: str, cost: PreemptionCost | None) -> 
     seconds), which the engine has only under "auto": otherwise cost is None.
 
     The contract: it returns a bool. "recompute" and "swap" are the operator's choice, and it follows
-    them. Under "auto" it picks whichever costs this victim less, as `cost` prices it; on a tie it
-    recomputes (a tie is no reason to take swap space).
+    them. Under "auto" the victim costs the engine as little as `cost` prices it, and swap space, which
+    other victims may need, is taken only when it buys something.
     """
     raise NotImplementedError("Lesson 06, task 1: should_swap: recompute or swap this victim. "
                               "Check it with: pytest tests/exercises -k lesson06_task1")

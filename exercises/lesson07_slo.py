@@ -28,8 +28,8 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
     - the answer is an int from 0 to uncomputed;
     - without chunked prefill a request is never split; with it, a piece never exceeds
       long_prefill_token_threshold when there is one;
-    - the step keeps to its budget, unless keeping to it would stall the engine for good: a request that
-      could never run at all;
+    - the step keeps to its budget, and the engine never stalls for good: every request runs some day,
+      whatever its size and the budget;
     - nothing is held back that these rules let run: a token left out wastes the step's room and delays
       the request.
     """

@@ -8,18 +8,18 @@ check_plan (minicb/scheduler/planner.py, with minicb's own plan) has compared it
 named the first rule a wrong plan breaks.
 
 The contract (every rule is one check_plan names):
-- victims: a running request gives way only while the running requests' next tokens need more blocks
-  than the pool has (counting what the victims so far give back), and each is the one
-  state.choose_victim names among the running requests that have not given way;
-- runs: every running request that has not given way runs, with the tokens state.chunk gives it at its
-  turn, asked with the budget the requests before it left (0 tokens: it is left out, and waits for the
-  next step).
-  decode_first gives the budget to the running requests in their order; prefill_first gives it to the
-  running prompts first, then to the requests that start, and the running decodes take what is left;
-- starts: first come, first served. The requests that start are the first of state.line, in its
-  order, each with its chunk and its blocks, as many as get a seat, tokens and blocks, and none in a
-  step where someone gave way (the pool is short). Under prefill_first the running decodes' next
-  blocks are not the starts' to take.
+- limits: at most token_budget tokens (one request running alone may run more, if its chunk gives it
+  more), at most free_seats starts, and no more blocks than the pool has with what the victims give back;
+- victims: as few as the pool needs. Nobody gives way while the running requests' next tokens fit the
+  pool, and each victim is choose_victim's pick among the running requests still in;
+- runs: every running request that is not a victim runs, with what its chunk gives it for the budget
+  left to it (a request its chunk gives nothing waits for the next step). The budget serves
+  decode_first's running requests in their order before anyone starts, and prefill_first's running
+  prompts, then its newcomers, before its running decodes;
+- starts: first come, first served. The requests that start are the first of the line, each with what
+  its chunk gives it, as many as the seats, the budget and the pool take; nobody starts after one that
+  cannot, or in a step where someone gave way, and under prefill_first a newcomer never takes the
+  blocks a running decode will need.
 """
 from __future__ import annotations
 

@@ -48,13 +48,13 @@ class PlanError(ValueError):
 
 
 RULES = {
-    "victims": "a running request gives way only while the running requests' next tokens do not fit the pool, "
-               "and each is the one state.choose_victim names among those that have not given way",
-    "runs": "every running request that has not given way runs, with the tokens state.chunk gives it at its turn "
-            "(the budget the requests before it left; decode_first: running requests first, prefill_first: running "
-            "prompts, then starts, then decodes)",
-    "starts": "first come, first served: the first of state.line start, in order, each with its chunk and blocks, "
-              "as many as get a seat, tokens and blocks; nobody starts in a step where someone gave way",
+    "victims": "as few victims as the pool needs: nobody gives way while the running requests' next tokens fit the "
+               "pool, and each victim is state.choose_victim's pick among the running requests still in",
+    "runs": "every running request that is not a victim runs, with what state.chunk gives it for the budget left to "
+            "it; the budget serves decode_first's running requests in order before anyone starts, and "
+            "prefill_first's running prompts, then its newcomers, before its running decodes",
+    "starts": "first come, first served: the first of state.line start, each with its chunk, as many as the seats, "
+              "the budget and the pool take; nobody starts after one that cannot, or in a step where someone gave way",
 }
 
 

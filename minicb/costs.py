@@ -92,14 +92,10 @@ class PreemptionCost:
     def swap_s(self, tokens: int) -> float:
         return self.swap_fixed + self.swap_per_token * tokens
 
-    def swap_is_cheaper(self, tokens: int) -> bool:
-        """The "auto" mode's choice for a victim with `tokens` of context (a tie recomputes)."""
-        return self.swap_s(tokens) < self.recompute_s(tokens)
-
     def ranges(self) -> list[tuple[int, float, str]]:
         """Where each choice is cheaper: (first, stop, "swap" or "recompute") over every context length
         from 0 tokens, in order, each range ending where the next begins (stop exclusive; inf for the last).
-        The ends are exact: swap_is_cheaper(t) holds for t in a "swap" range and for no other t."""
+        The ends are exact: swap_s(t) < recompute_s(t) holds for t in a "swap" range and for no other t."""
         # Over whole tokens the gap recompute - swap falls until `turn` and rises from it (convexity), so
         # swap wins on [0, first_loss) and again from first_win on, with recompute between them.
         if self.recompute_per_token_sq > 0:
@@ -107,7 +103,9 @@ class PreemptionCost:
             turn = max(0, math.floor(min(lowest, 2.0 ** 62)) + 1)
         else:
             turn = 0 if self.recompute_per_token >= self.swap_per_token else None   # None: it falls for ever
-        cheaper = self.swap_is_cheaper
+        def cheaper(tokens: int) -> bool:
+            return self.swap_s(tokens) < self.recompute_s(tokens)
+
         first_loss = _first(lambda t: not cheaper(t), 0, turn)
         if turn is None:
             first_win = math.inf

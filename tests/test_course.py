@@ -20,7 +20,10 @@ from conftest import write_files
 
 from minicb import course
 from minicb.course import progress
+from minicb.course.capstone import missed
+from minicb.course.slo import SloReport
 from minicb.cli import main
+from minicb.goodput import SloTarget
 from minicb.sampling import SamplingParams
 
 LESSON_FILES = sorted((course.REPO_ROOT / "exercises").glob("lesson*.py"))
@@ -545,3 +548,10 @@ def test_an_unknown_impl_is_refused(monkeypatch):
     monkeypatch.setenv(course.IMPL_VARIABLE, "mine")
     with pytest.raises(ValueError, match="use 'exercises' .* or 'solutions'"):
         course.impl()
+
+
+def test_a_missed_target_never_reads_as_met():
+    """A trial's capstone failed with "p99 ITL 50.0 ms > 50 ms": a miss by a fraction of the last decimal shown."""
+    report = SloReport(served=380, rejected=20, ttft_p99_s=1.0004, itl_p99_s=0.05004, goodput_rps=30.0, met=False)
+    assert missed(report, SloTarget()) == "p99 TTFT 1.0004 s > 1.0 s, p99 ITL 50.04 ms > 50 ms"
+    assert missed(SloReport(400, 0, 0.5, 0.0612, 30.0, False), SloTarget()) == "p99 ITL 61.2 ms > 50 ms"

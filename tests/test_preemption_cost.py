@@ -64,4 +64,4 @@ def test_ranges_match_the_choice_at_every_length(cost):
               for t in range(max(0, end - 3), end + 3)} | set(range(64)) | {10 ** k for k in range(2, 13)}
     for t in sorted(probes):
         inside = next(choice for first, stop, choice in spans if first <= t < stop)
-        assert (inside == "swap") == cost.swap_is_cheaper(t), f"{t} tokens: ranges say {inside}; {spans}"
+        assert (inside == "swap") == (cost.swap_s(t) < cost.recompute_s(t)), f"{t} tokens: ranges say {inside}; {spans}"

@@ -410,7 +410,7 @@ def test_measured_preemption_cost_is_sane(tiny_checkpoint):
         prices = [price(t) for t in contexts]
         assert all(p > 0 for p in prices[1:]) and prices == sorted(prices), (price.__name__, prices, cost)
     spans = cost.ranges()
-    assert [cost.swap_is_cheaper(t) for t in range(4096)] == [
+    assert [cost.swap_s(t) < cost.recompute_s(t) for t in range(4096)] == [
         next(choice for first, stop, choice in spans if first <= t < stop) == "swap" for t in range(4096)], cost
 
 

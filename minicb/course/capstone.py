@@ -62,7 +62,7 @@ def meets_slo(config: dict, rate: float, seeds: Iterable[int], problem: Capstone
     return True, reports
 
 
-def over(value: float, bound: float, decimals: int) -> str:
+def _above(value: float, bound: float, decimals: int) -> str:
     """value, above bound, with at least `decimals` decimals and as many more as it takes to read above it:
     a miss by 0.04 ms must not print as 50.0 ms > 50 ms."""
     while round(value, decimals) <= bound and decimals < 9:
@@ -75,9 +75,9 @@ def missed(report: SloReport, target: SloTarget) -> str:
     total = report.served + report.rejected
     parts = []
     if report.ttft_p99_s > target.ttft_p99_s:
-        parts.append(f"p99 TTFT {over(report.ttft_p99_s, target.ttft_p99_s, 3)} s > {target.ttft_p99_s} s")
+        parts.append(f"p99 TTFT {_above(report.ttft_p99_s, target.ttft_p99_s, 3)} s > {target.ttft_p99_s} s")
     if report.itl_p99_s > target.itl_p99_s:
-        parts.append(f"p99 ITL {over(report.itl_p99_s * 1e3, target.itl_p99_s * 1e3, 1)} ms > "
+        parts.append(f"p99 ITL {_above(report.itl_p99_s * 1e3, target.itl_p99_s * 1e3, 1)} ms > "
                      f"{target.itl_p99_s * 1e3:.0f} ms")
     if report.rejected > target.max_rejected_fraction * total:
         parts.append(f"{report.rejected} of {total} requests turned away ({report.rejected / total:.0%}) > "

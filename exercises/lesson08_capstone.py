@@ -26,9 +26,10 @@ def capstone(problem: CapstoneProblem) -> tuple[dict, float]:
     3. Your rate is at least 90% of the reference answer's rate (its own configuration, which keeps the
        SLO on the unseen seeds at its rate).
 
-    What you may use: meets_slo(config, rate, seeds, problem) says whether a configuration keeps the SLO
-    at a rate on those seeds' workloads, with each run's report. The step cost, about 2 ms + 0.22 ms per
-    token, bounds the token budget that keeps inter-token latency under target. Every seed's workload has
+    What you may use: meets_slo(config, rate, seeds, problem) says whether a configuration keeps the SLO at a
+    rate on those seeds' workloads, with each run's report. It runs your lessons' parts, as the grader does;
+    lesson 07's task 2 was graded on minicb's (EngineParts()), so a search that passes those measures another
+    engine. A step costs about 2 ms + 0.22 ms per token it runs (lesson 07's fit). Every seed's workload has
     its own highest rate.
     Runs get slow at low rates (the same requests over a longer simulated time): search upwards of a
     few requests per second.

@@ -172,7 +172,8 @@ def random_qwen2(folder: Path, hidden: int, layers: int, heads: int, kv_heads: i
 def bench_decode_roofline(path: Path, batch: int, context: int, dtype: str, copy_gbps: float) -> list[dict]:
     """One decode step of `batch` sequences of `context` tokens, per attention backend, against the time
     to move its unavoidable bytes (every weight, every sequence's K/V) at the measured copy bandwidth."""
-    from minicb.batch import SequenceChunk, build_flat_batch
+    from minicb.batch import SequenceChunk
+    from minicb.batch_builder import build_flat_batch
     from minicb.runner import ModelRunner
 
     rows = []

@@ -4,7 +4,7 @@ attention needs to know which tokens belong together. The flat batch carries bot
 Task 1  build_flat_batch   pytest tests/exercises -k lesson03_task1
 
 The engine calls it every step (minicb/engine.py, via EngineParts); minicb's own is
-build_flat_batch in minicb/batch.py.
+build_flat_batch in minicb/batch_builder.py (the types are in minicb/batch.py).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch
       (kernels size their grids from them without reading the device).
     dtypes: int64 for input_ids, positions, slot_mapping and logits_indices; int32 for cu_seqlens_q,
     seq_lens and block_tables; every tensor on `device`. Compute every field yourself: calling minicb's
-    build_flat_batch (or FlatBatch.build, the same) fails the task.
+    build_flat_batch fails the task.
     """
     raise NotImplementedError("Lesson 03, task 1: build_flat_batch: the flat batch the model runs on. "
                               "Check it with: pytest tests/exercises -k lesson03_task1")

@@ -15,7 +15,7 @@ the state your __init__ sets, so keep that state as it is. The tests grade your 
 together: on random sequences of calls, tables that share blocks included, each result checked against
 its contract and against minicb's, and in the engine under memory pressure, with the pool's invariants
 checked after every step.
-minicb's own is PagedAllocator in minicb/block_manager.py: write the methods yourself, since a
+minicb's own is PagedAllocator in minicb/paged_allocator.py: write the methods yourself, since a
 method that calls or inherits minicb's fails its task.
 """
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The cache is a pool of fixed-size blocks (block_size token slots each). A sequence holds a block
 table, the list of its blocks in order; token i of the sequence lives in slot i % block_size of
-block table[i // block_size]. PagedAllocator (lesson 04) hands blocks out and takes them back;
-BlockManager is the scheduler's view over one allocator: how much to reserve, truncation, swapping
-and inspection. Two ways to reserve, which lesson 04 compares:
+block table[i // block_size]. PagedAllocator (lesson 04, minicb/paged_allocator.py) hands blocks out
+and takes them back; BlockManager is the scheduler's view over one allocator: how much to reserve,
+truncation, swapping and inspection. Two ways to reserve, which lesson 04 compares:
 
 - "contiguous": reserve room for max_model_len tokens when a sequence starts, as servers did
   before paging. Simple, and most of it sits empty for most of the sequence's life.
@@ -22,15 +22,17 @@ list holds only unnamed blocks, so they go first, and then the least recently us
 evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
 BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
 is ever named and all of this stays empty. Which cached block goes first is a policy (lesson 10,
-task 2: choose_eviction); without one, the LRU's order decides.
+task 2: choose_eviction, minicb/eviction.py); without one, the LRU's order decides.
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from minicb.prefix_cache import CachedBlock, block_hashes
+from minicb.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
+from minicb.eviction import CachedBlock
+from minicb.prefix_cache import block_hashes
 
 
 @dataclass(frozen=True)
@@ -46,81 +48,6 @@ class BlockUsage:
     @property
     def empty_reserved_slots(self) -> int:
         return self.reserved_slots - self.token_slots
-
-
-class NoFreeBlocks(RuntimeError):
-    pass
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold num_tokens tokens: ceil(num_tokens / block_size)."""
-    return -(-num_tokens // block_size)
-
-
-class PagedAllocator:
-    """Lesson 04's reference: device blocks for sequences, taken from a free list only as tokens need
-    them. Its methods use nothing but the state set in __init__ (and blocks_for), so they also run
-    on a learner's allocator that keeps the same state.
-
-    The ref-count contract, the same from lesson 04 to lesson 10: ref_counts[b] is the number of
-    sequences whose table holds block b. Without prefix caching that is 0 or 1; with it a cached
-    prompt prefix is shared, and BlockManager.allocate starts a table with blocks other tables hold,
-    adding 1 to each. free subtracts 1 per block of the table and gives a block back to the free list
-    only when its count reaches 0: a shared block stays with the sequences still holding it."""
-
-    def __init__(self, num_blocks: int, block_size: int, num_swap_blocks: int = 0):
-        self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
-        self.free_blocks: deque[int] = deque(range(num_blocks))   # take from the left, give back on the right
-        self.ref_counts = [0] * num_blocks           # how many sequences hold the block; 0: it is free
-        self.tables: dict[str, list[int]] = {}       # sequence -> its device blocks, in order
-        self.num_tokens: dict[str, int] = {}         # tokens each sequence holds slots for, swapped ones too
-        self.free_swap_blocks: deque[int] = deque(range(num_swap_blocks))
-        self.swapped: dict[str, list[int]] = {}      # swapped-out sequence -> its CPU blocks, in order
-
-    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
-        """Whether allocate(_, num_tokens, reserve_tokens) would succeed and leave keep_free blocks free."""
-        return blocks_for(max(num_tokens, reserve_tokens), self.block_size) + keep_free <= len(self.free_blocks)
-
-    def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
-        """Start seq_id's table with slots for num_tokens and room for at least reserve_tokens."""
-        if seq_id in self.tables or seq_id in self.swapped:
-            raise ValueError(f"sequence {seq_id!r} already has blocks")
-        needed = blocks_for(max(num_tokens, reserve_tokens), self.block_size)
-        if needed > len(self.free_blocks):   # checked before taking any: a failed allocate takes nothing
-            raise NoFreeBlocks(f"{seq_id!r} needs {needed} blocks, {len(self.free_blocks)} free")
-        table = [self.free_blocks.popleft() for _ in range(needed)]
-        for block in table:
-            self.ref_counts[block] += 1
-        self.tables[seq_id], self.num_tokens[seq_id] = table, num_tokens
-        return table
-
-    def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
-        """Whether append_slots(seq_id, num_new_tokens) would succeed and leave keep_free blocks free."""
-        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id])
-        return max(0, needed) + keep_free <= len(self.free_blocks)
-
-    def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
-        """Make room for num_new_tokens more tokens; a new block only when the last one is full."""
-        table = self.tables[seq_id]
-        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(table)
-        if needed > len(self.free_blocks):   # checked before taking any: a failed append takes nothing
-            raise NoFreeBlocks(f"{seq_id!r} needs {needed} more blocks, {len(self.free_blocks)} free")
-        for _ in range(needed):   # none while the last block has room (needed <= 0)
-            table.append(self.free_blocks.popleft())
-            self.ref_counts[table[-1]] += 1
-        self.num_tokens[seq_id] += num_new_tokens
-        return table
-
-    def free(self, seq_id: str) -> None:
-        """Give back everything seq_id holds, on the device or in the swap pool, and forget it."""
-        if seq_id in self.swapped:   # a swapped-out sequence holds CPU blocks and no device block
-            self.free_swap_blocks.extend(self.swapped.pop(seq_id))
-        else:
-            for block in self.tables.pop(seq_id):
-                self.ref_counts[block] -= 1
-                if self.ref_counts[block] == 0:
-                    self.free_blocks.append(block)
-        del self.num_tokens[seq_id]
 
 
 def holders_of(seq_ids: list[str]) -> str:

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minicb.batch import FlatBatch, SequenceChunk
+from minicb.batch import SequenceChunk
+from minicb.batch_builder import build_flat_batch
 
 NEAR_TIE_BOUND = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 0.25}
 
 
 def _gaps(runner, token_ids: list[int], every_row: bool) -> list[float]:
     blocks = list(range(-(-len(token_ids) // runner.block_size)))
-    batch = FlatBatch.build([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
+    batch = build_flat_batch([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
     if every_row:
         batch.logits_indices = torch.arange(len(token_ids), device=runner.device)   # not only the last row's
     top = runner.logits(batch).float().topk(2, dim=-1).values   # (rows, 2), fp32 as a bf16 model's logits are read

@@ -24,9 +24,11 @@ from typing import Callable
 
 import torch
 
-from minicb.batch import FlatBatch, build_flat_batch
-from minicb.block_manager import PagedAllocator
-from minicb.prefix_cache import CachedBlock, block_hashes, longest_cached_prefix
+from minicb.batch import FlatBatch
+from minicb.batch_builder import build_flat_batch
+from minicb.paged_allocator import PagedAllocator
+from minicb.eviction import CachedBlock
+from minicb.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.plan import StepPlan
 from minicb.scheduler.planner import plan_step

@@ -10,7 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from minicb.attention import select_backend
-from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
+from minicb.batch import FlatBatch, SequenceChunk
+from minicb.batch_builder import build_flat_batch
 from minicb.config import EngineConfig
 from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.compiled import CompiledModel

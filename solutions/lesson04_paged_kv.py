@@ -1,8 +1,8 @@
-"""Lesson 04, the reference: minicb's own allocator, PagedAllocator in minicb/block_manager.py (its
+"""Lesson 04, the reference: minicb's own allocator, PagedAllocator in minicb/paged_allocator.py (its
 free also handles the swap pool of lesson 06), and an answer to the design task."""
 import math
 
-from minicb.block_manager import PagedAllocator
+from minicb.paged_allocator import PagedAllocator
 from minicb.course.pool_sizing import PoolProblem, run_pool
 
 __all__ = ["PagedAllocator", "size_kv_pool"]

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minicb.block_manager import BlockManager, NoFreeBlocks, PagedAllocator
+from minicb.block_manager import BlockManager
+from minicb.paged_allocator import NoFreeBlocks, PagedAllocator
 from minicb.prefix_cache import block_hashes
 
 

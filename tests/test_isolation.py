@@ -9,7 +9,8 @@ from minicb_kernels import paged_decode_attention, store_kv
 from test_attention import dense_causal_attention
 
 from minicb.attention import BACKENDS
-from minicb.batch import SequenceChunk, build_flat_batch
+from minicb.batch import SequenceChunk
+from minicb.batch_builder import build_flat_batch
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
 from minicb.request import RequestOutput

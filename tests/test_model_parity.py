@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
-from minicb.batch import FlatBatch, SequenceChunk
+from minicb.batch import SequenceChunk
+from minicb.batch_builder import build_flat_batch
 from minicb.llm import LLM
 from minicb.runner import ModelRunner
 from minicb.sampling import SamplingParams
@@ -62,7 +63,7 @@ def prefill_logits(runner: ModelRunner, prompts: list[list[int]]) -> torch.Tenso
         n = -(-len(p) // runner.block_size)
         chunks.append(SequenceChunk(p, 0, list(range(next_block, next_block + n))))
         next_block += n
-    return runner.logits(FlatBatch.build(chunks, runner.block_size))
+    return runner.logits(build_flat_batch(chunks, runner.block_size))
 
 
 @pytest.mark.parametrize("variant", ["bard"] + TINY_VARIANTS)
@@ -85,9 +86,9 @@ def test_prefill_in_two_chunks_equals_one_prefill(bard_runner, split):
     """The second chunk reads the first chunk's K/V from the paged cache: same logits as one pass."""
     prompt = bard_runner.tokenizer(BARD_PROMPTS[4])["input_ids"]
     table = [5, 2, 9]  # deliberately out of order: the block table, not memory order, defines the sequence
-    whole = bard_runner.logits(FlatBatch.build([SequenceChunk(prompt, 0, table)], 16))
+    whole = bard_runner.logits(build_flat_batch([SequenceChunk(prompt, 0, table)], 16))
     bard_runner.kv_cache.zero_()
     first = SequenceChunk(prompt[:split], 0, table, needs_logits=False)
-    bard_runner.logits(FlatBatch.build([first], 16))
-    second = bard_runner.logits(FlatBatch.build([SequenceChunk(prompt[split:], split, table)], 16))
+    bard_runner.logits(build_flat_batch([first], 16))
+    second = bard_runner.logits(build_flat_batch([SequenceChunk(prompt[split:], split, table)], 16))
     torch.testing.assert_close(second, whole, atol=1e-5, rtol=0)

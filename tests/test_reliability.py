@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine
-from minicb.batch import FlatBatch
+from minicb.batch_builder import build_flat_batch
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
 from minicb.parts import EngineParts
@@ -235,7 +235,7 @@ def test_the_simulator_sees_a_lost_swap_copy(monkeypatch):
 
 def test_the_simulator_sees_a_wrong_slot_mapping():
     def off_by_one_slot(chunks, block_size, device):
-        batch = FlatBatch.build(chunks, block_size, device)
+        batch = build_flat_batch(chunks, block_size, device)
         last = batch.attn.slot_mapping[-1]
         batch.attn.slot_mapping[-1] = last + 1 if (last + 1) % block_size else last - 1
         return batch

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS
-from minicb.batch import FlatBatch, SequenceChunk
+from minicb.batch import SequenceChunk
+from minicb.batch_builder import build_flat_batch
 from minicb.sampling import GREEDY_BELOW, SamplingParams, find_stop, make_generator, sample
 
 
@@ -169,7 +170,7 @@ def test_seeded_tokens_alone_and_in_a_batch_differ_only_at_a_draw_on_a_boundary(
         generator = make_generator(p.seed)
         u = [float(torch.rand((), generator=generator)) for _ in range(step + 1)][step]
         ids = encode(prompt) + alone[:step]
-        logits = runner.logits(FlatBatch.build([SequenceChunk(ids, 0, list(range(-(-len(ids) // 16))))], 16))[0]
+        logits = runner.logits(build_flat_batch([SequenceChunk(ids, 0, list(range(-(-len(ids) // 16))))], 16))[0]
         for token in (alone[step], got[step]):
             distance = distance_to_token(logits, p, u, token)
             assert distance < NEAR_BOUNDARY, (f"seed {p.seed}: token {step} is {got[step]} in the batch, "

@@ -1,5 +1,5 @@
 """Write tests/exercises/vectors/lesson09_stream_metrics.json: lesson 09's worked streams, each with
-minicb's own answer (minicb.serve.client_metrics.stream_metrics), which the grader compares the learner's with.
+minicb's own answer (minicb.serve.stream_metrics.stream_metrics), which the grader compares the learner's with.
 
     python tools/lesson09_vectors.py     # after a change to the streams below or to minicb's stream_metrics
 
@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from minicb.serve.client_metrics import stream_metrics
+from minicb.serve.stream_metrics import stream_metrics
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "exercises" / "vectors" / "lesson09_stream_metrics.json"
 
@@ -46,7 +46,7 @@ def answer(send_time: float, chunks: list[tuple[float, int]]) -> dict:
 def main() -> None:
     cases = [{"what": what, "send_time": send, "chunks": chunks, **answer(send, chunks)}
              for what, send, chunks in STREAMS]
-    written_by = json.dumps("python tools/lesson09_vectors.py (minicb.serve.client_metrics.stream_metrics's answers)")
+    written_by = json.dumps("python tools/lesson09_vectors.py (minicb.serve.stream_metrics.stream_metrics's answers)")
     lines = ",\n  ".join(json.dumps(case) for case in cases)   # a case a line, for a readable diff
     OUT.write_text(f'{{"written_by": {written_by},\n "cases": [\n  {lines}\n ]}}\n')
     print(f"{OUT}: {len(cases)} streams")

@@ -7,7 +7,8 @@
     server_metrics   the server's Prometheus metrics
     server_process   `python -m minicb serve` in the background, for a notebook or a test
     bench_client     `python -m minicb bench serve`: load a running server and report its latencies
-    client_metrics   one stream's latencies as the client sees them (lesson 09)
+    client_metrics   StreamMetrics: one stream's latencies as the client sees them (lesson 09)
+    stream_metrics   computes them from the stream's chunk times (lesson 09's reference)
 
 The engine never imports this package: it serves through LLMEngine's public methods only
 (tests/test_imports.py checks the direction).

@@ -8,7 +8,7 @@ the same for all ("fixed"), heavy-tailed ("heavy", the corpus's lengths), or the
 the model stops at its own EOS). Only OpenAI fields are sent, unless ignore_eos asks for vLLM's (and
 minicb's) ignore_eos, which forces the lengths.
 
-What is measured, per request (minicb.serve.client_metrics.stream_metrics, or the `metrics=` you pass):
+What is measured, per request (minicb.serve.stream_metrics.stream_metrics, or the `metrics=` you pass):
 - Tokens per chunk: the OpenAI stream does not say, so a chunk whose choice carries text counts as one
   token (a server sends one chunk per engine step), and a chunk without text (keep-alive, usage-only) as
   none. The final usage is the server's count: tokens it reports beyond those (an EOS token has no text;
@@ -46,7 +46,8 @@ from tqdm.auto import tqdm
 
 from minicb.goodput import RequestSlo, SloTarget
 from minicb.metrics import latency_summary
-from minicb.serve.client_metrics import StreamMetrics, stream_metrics
+from minicb.serve.client_metrics import StreamMetrics
+from minicb.serve.stream_metrics import stream_metrics
 from minicb.workload import make_workload
 
 if TYPE_CHECKING:

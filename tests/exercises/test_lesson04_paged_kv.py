@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from minicb import course
-from minicb.block_manager import BlockManager, NoFreeBlocks, PagedAllocator
+from minicb.block_manager import BlockManager
+from minicb.paged_allocator import NoFreeBlocks, PagedAllocator
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams

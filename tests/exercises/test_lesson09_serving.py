@@ -5,7 +5,7 @@ show plausible mistakes failing the rule they break, by name:
 - worked streams, one per situation a client meets, with minicb's own answers (vectors/lesson09_stream_metrics.json,
   written by tools/lesson09_vectors.py);
 - the contract on random streams (hypothesis), a failure naming the rule and the smallest stream that breaks it;
-- minicb's own answer (minicb.serve.client_metrics.stream_metrics) on the same random streams.
+- minicb's own answer (minicb.serve.stream_metrics.stream_metrics) on the same random streams.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.serve.client_metrics import StreamMetrics
-from minicb.serve.client_metrics import stream_metrics as minicb_stream_metrics
+from minicb.serve.stream_metrics import stream_metrics as minicb_stream_metrics
 
 mine = course.lesson("lesson09_serving")
 

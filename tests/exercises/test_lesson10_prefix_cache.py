@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from minicb import course
 from minicb.llm import LLM
 from minicb.parts import EngineParts
-from minicb.prefix_cache import CachedBlock, hot_and_cold_prompts
+from minicb.eviction import CachedBlock, hot_and_cold_prompts
 from minicb.sampling import SamplingParams
 
 mine = course.lesson("lesson10_prefix_cache")

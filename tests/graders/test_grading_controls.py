@@ -9,9 +9,9 @@ import pytest
 from grading import imported_instead_of_written, reference_lesson
 
 from minicb import course
-from minicb.block_manager import PagedAllocator
+from minicb.paged_allocator import PagedAllocator
 from minicb.scheduler.preemption import choose_victim, should_swap
-from minicb.serve.client_metrics import stream_metrics
+from minicb.serve.stream_metrics import stream_metrics
 
 TASKS = {(t.lesson, t.number): t for t in course.TASKS}
 
@@ -36,8 +36,8 @@ written_here.__module__ = "exercises.lesson06_preemption"
      "minicb.scheduler.preemption"),
     ((6, 1), lesson_module("lesson06_preemption", choose_victim=written_here, should_swap=should_swap),
      "minicb.scheduler.preemption"),
-    ((9, 1), lesson_module("lesson09_serving", stream_metrics=stream_metrics), "minicb.serve.client_metrics"),
-    ((4, 1), lesson_module("lesson04_paged_kv", PagedAllocator=PagedAllocator), "minicb.block_manager"),
+    ((9, 1), lesson_module("lesson09_serving", stream_metrics=stream_metrics), "minicb.serve.stream_metrics"),
+    ((4, 1), lesson_module("lesson04_paged_kv", PagedAllocator=PagedAllocator), "minicb.paged_allocator"),
 ])
 def test_a_function_imported_under_the_tasks_name_is_refused_by_where_it_came_from(task, module, origin):
     problem = imported_instead_of_written(TASKS[task], module)

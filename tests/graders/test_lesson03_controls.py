@@ -8,7 +8,8 @@ import re
 import pytest
 from _pytest.outcomes import Failed
 
-from minicb.batch import FlatBatch, SequenceChunk, build_flat_batch
+from minicb.batch import FlatBatch, SequenceChunk
+from minicb.batch_builder import build_flat_batch
 
 from test_lesson03_selective import (
     LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_engine_outcome, check_flat_batch_contract)

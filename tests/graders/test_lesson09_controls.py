@@ -8,7 +8,7 @@ import re
 import pytest
 import test_lesson09_serving as grader
 
-from minicb.serve.client_metrics import stream_metrics as reference
+from minicb.serve.stream_metrics import stream_metrics as reference
 
 CHECKS = {"vectors": grader.check_vectors, "contract": grader.check_contract,
           "minicb": grader.check_agrees_with_minicb, "backwards": grader.check_backwards_times}

@@ -16,7 +16,8 @@ from test_lesson10_prefix_cache import (
 
 from minicb import course
 from minicb.parts import EngineParts
-from minicb.prefix_cache import block_hashes, least_recently_used, longest_cached_prefix
+from minicb.eviction import least_recently_used
+from minicb.prefix_cache import block_hashes, longest_cached_prefix
 
 reference_eviction = course.lesson("lesson10_prefix_cache", "solutions").choose_eviction
 

@@ -37,6 +37,15 @@ def reference_lesson(module: str) -> ModuleType:
     return course.lesson(module, "solutions")
 
 
+def require(holds: bool, rule: str) -> None:
+    """Fail with the rule alone, where pytest's rewritten assert would follow it with the repr of every object
+    the condition reads (a report, a dict of every request's tokens): a learner reading the end of the output
+    would see only that."""
+    __tracebackhide__ = True
+    if not holds:
+        raise AssertionError(rule)
+
+
 def ids(n: int) -> list[int]:
     """A prompt of n token ids."""
     return list(range(10, 10 + n))

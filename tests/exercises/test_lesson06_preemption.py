@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import held_out
 import pytest
-from grading import answer, contract_test, decisions, described, run_both
+from grading import answer, contract_test, decisions, described, require, run_both
 from hypothesis import example
 from hypothesis import strategies as st
 
@@ -177,13 +177,13 @@ def check_meets_the_latency_targets(policy) -> str:
     result = compare_victim_policies(policy, held_out.VICTIM_POLICY)
     per_workload = "".join(f"\n  {held_out.place(i, held_out.VICTIM_POLICY)}: yours {y}, minicb's {m}"
                            for i, (y, m) in enumerate(result.pairs))   # a line each: readable in pytest's report
-    assert result.mean_share <= TARGET, (
-        f"rule: the mean end-to-end latency must be at most {TARGET:.0%} of minicb's latest-first; yours is "
-        f"{result.mean_share:.1%} of it on the {len(result.pairs)} held-out workloads:{per_workload}")
-    assert result.p99_share <= TAIL_BOUND, (
-        f"rule: the p99 end-to-end latency must stay within {TAIL_BOUND:.0%} of latest-first's, averaged over the "
-        f"workloads; yours is {result.p99_share:.1%} of it, with the mean at {result.mean_share:.1%}: the mean "
-        f"was bought with the tail. The held-out workloads:{per_workload}")
+    require(result.mean_share <= TARGET,
+            f"rule: the mean end-to-end latency must be at most {TARGET:.0%} of minicb's latest-first; yours is "
+            f"{result.mean_share:.1%} of it on the {len(result.pairs)} held-out workloads:{per_workload}")
+    require(result.p99_share <= TAIL_BOUND,
+            f"rule: the p99 end-to-end latency must stay within {TAIL_BOUND:.0%} of latest-first's, averaged over "
+            f"the workloads; yours is {result.p99_share:.1%} of it, with the mean at {result.mean_share:.1%}: the "
+            f"mean was bought with the tail. The held-out workloads:{per_workload}")
     return str(result)
 
 

@@ -30,8 +30,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from minicb.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
 from minicb.eviction import CachedBlock
+from minicb.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
 from minicb.prefix_cache import block_hashes
 
 

@@ -26,8 +26,8 @@ import torch
 
 from minicb.batch import FlatBatch
 from minicb.batch_builder import build_flat_batch
-from minicb.paged_allocator import PagedAllocator
 from minicb.eviction import CachedBlock
+from minicb.paged_allocator import PagedAllocator
 from minicb.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.plan import StepPlan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 
 import pytest
 from _pytest.outcomes import Failed
@@ -12,7 +13,8 @@ from minicb.batch import FlatBatch, SequenceChunk
 from minicb.batch_builder import build_flat_batch
 
 from test_lesson03_selective import (
-    LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_engine_outcome, check_flat_batch_contract)
+    LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_computes_every_field_itself, check_engine_outcome,
+    check_flat_batch_contract)
 
 
 def ignores_num_computed(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
@@ -58,3 +60,18 @@ def test_the_engine_names_the_rule_at_the_seam_not_a_token_mismatch():
     with pytest.raises(Failed, match="^" + re.escape(f"{POSITION_RULE}. chunk 0 (1 new after")):
         check_engine_outcome(ignores_num_computed, "chunked prefill")
 
+
+
+def hands_the_batch_to(name: str) -> types.ModuleType:
+    """A lesson module that imported minicb's builder as `name` and whose build_flat_batch only calls it."""
+    module = types.ModuleType("exercises.lesson03_selective")
+    setattr(module, name, build_flat_batch)
+    exec(f"def build_flat_batch(chunks, block_size, device='cpu'):\n    return {name}(chunks, block_size, device)",
+         vars(module))
+    return module
+
+
+@pytest.mark.parametrize("name", ["minicb_builder", "_build"])
+def test_a_builder_that_calls_minicbs_under_another_name_is_refused(name, monkeypatch):
+    with pytest.raises(AssertionError, match="must compute the fields itself, not call minicb's"):
+        check_computes_every_field_itself(hands_the_batch_to(name), monkeypatch)

@@ -3,10 +3,10 @@
 SimulatedRunner stands where ModelRunner stands and takes the same FlatBatch, so every line of
 scheduling, block management and batch building is shared with real runs. Two things differ:
 the time a step takes comes from a cost model, and the next token comes from a deterministic
-stand-in (never EOS, so lengths are set by max_tokens). Lessons use it to run thousands of
-requests in seconds, with exact and repeatable numbers. The cost model may price another model on
-other hardware (minicb.hardware's presets): the prompts, tokens and vocabulary stay Bard's, and
-only the clock changes.
+stand-in (never EOS: a length is set by max_tokens, or by stop_token_ids where a request has them).
+Lessons use it to run thousands of requests in seconds, with exact and repeatable numbers. The
+cost model may price another model on other hardware (minicb.hardware's presets): the prompts,
+tokens and vocabulary stay Bard's, and only the clock changes.
 
 The stand-in still honours the KV cache's contract. Its "cache" holds the token id written into
 each slot, it writes through slot_mapping, swaps copy it, and the next token is a hash of what the

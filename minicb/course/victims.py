@@ -2,48 +2,78 @@
 pool is short, against minicb's own (the latest arrival gives way): a lower mean, without a longer tail.
 
 Any policy within choose_victim's contract keeps every request correct and finishing; what differs is who
-waits.
+waits. As on a real server, a policy does not know how long a request will run: max_tokens is the client's
+cap, and the model ends most answers well before it.
 """
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
 from minicb.engine import LLMEngine, PoolTooSmallWarning
-from minicb.metrics import percentile
+from minicb.model.config import read_model_config
+from minicb.model.loader import BARD_PATH
 from minicb.parts import EngineParts
 from minicb.request import RequestView
-from minicb.workload import make_workload, run_workload
+from minicb.sampling import SamplingParams
+from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 
 # A pool of 40 blocks of 16 for 32 seats and a burst of 80 requests per second: hundreds of preemptions per run.
-PRESSURE = dict(device="cpu", simulate=True, max_num_seqs=32, num_blocks=40, block_size=16, trace_max_steps=0)
+# Bard whatever MINICB_MODEL says: the graded workloads are the same on every machine.
+PRESSURE = dict(model=str(BARD_PATH), device="cpu", simulate=True, max_num_seqs=32, num_blocks=40, block_size=16,
+                trace_max_steps=0)
 PRACTICE_SEEDS = (0, 1)
 # A policy passes when both hold over the graded workloads. Some ways to lower the mean buy it with the tail
-# (whoever keeps giving way waits longest); the bound on p99 refuses those.
-TARGET = 0.90       # the mean end-to-end latency, as a share of latest-first's
-TAIL_BOUND = 1.08   # p99 end-to-end latency, per workload as a share of latest-first's, averaged over the workloads
+# (whoever keeps giving way waits longest); the bound on the tail refuses those.
+TARGET = 0.94       # the mean end-to-end latency, as a share of latest-first's
+TAIL_BOUND = 1.10   # the tail's latency, per workload as a share of latest-first's, averaged over the workloads
+# The tail is the mean latency of a workload's slowest 2% (4 of 200), not its p99: the p99 of 200 requests is
+# the second slowest alone, which moves by several percent from one burst to the next under the same policy.
+TAIL_SHARE = 0.02
 # What the lesson asks once a policy meets the target on the practice seeds, not before.
 ONCE_IT_MEETS_THE_TARGET = (
-    "It meets both targets on the practice seeds; the test grades it on others. Before you move on: which of a "
-    "request's fields did your policy read, and would a real server know them when it preempts?")
+    "It meets both targets on the practice seeds; the test grades it on others. Before you move on: your policy "
+    "may read max_tokens as a hint of what a request has left. What would it do if every client sent the same "
+    "cap, say 400?")
 
 
 @dataclass(frozen=True)
 class VictimReport:
     """One policy on one workload: end-to-end latencies (s) and preemptions."""
     mean_e2e_s: float
-    p99_e2e_s: float
+    tail_e2e_s: float   # the mean of the slowest TAIL_SHARE
     preemptions: int
 
     def __str__(self) -> str:
-        return f"mean e2e {self.mean_e2e_s:.3f} s, p99 e2e {self.p99_e2e_s:.3f} s, {self.preemptions} preemptions"
+        return (f"mean e2e {self.mean_e2e_s:.3f} s, slowest {TAIL_SHARE:.0%} {self.tail_e2e_s:.3f} s, "
+                f"{self.preemptions} preemptions")
 
 
-def victim_workload(seed: int, n: int = 200):
-    """n Bard requests arriving at 80 per second, heavy-tailed output lengths up to 400 tokens."""
-    return make_workload(n, lengths="heavy", rate=80.0, seed=seed, max_tokens=400)
+def victim_workload(seed: int, n: int = 200) -> list[WorkloadRequest]:
+    """n Bard requests arriving at 80 per second. Each asks for at most max_tokens, a heavy-tailed cap up to 400,
+    and ends when the model is done, often long before: after each token it stops with a chance of 2 / cap, so
+    a request runs on average for about half its cap, and how long it will run shows only when it ends.
+
+    The stop is the simulator's stand-in tokens meeting the request's stop_token_ids: the stand-in is spread
+    evenly over the vocabulary, so a request whose stop set holds a share p of the ids ends after each token with
+    chance p. Its tokens depend on its prompt alone, so its length is the same under every policy."""
+    config = read_model_config(PRESSURE["model"])
+    ids = [t for t in range(config.vocab_size) if t not in config.eos_token_ids]
+    rng = random.Random(seed)
+    caps = [2 * k for k in output_lengths(n, "heavy", seed, max_len=200)]
+    params = [SamplingParams(temperature=0.0, max_tokens=cap, seed=seed + i,
+                             stop_token_ids=rng.sample(ids, max(1, round(2 * len(ids) / cap))))
+              for i, cap in enumerate(caps)]
+    return [WorkloadRequest(p, sp, t) for p, sp, t in zip(bard_prompts(n, seed), params, arrival_times(n, 80.0, seed))]
+
+
+def slowest_mean(latencies: list[float]) -> float:
+    """The mean of the slowest TAIL_SHARE of the latencies (at least one)."""
+    slowest = sorted(latencies)[-max(1, round(TAIL_SHARE * len(latencies))):]
+    return sum(slowest) / len(slowest)
 
 
 def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int) -> VictimReport:
@@ -55,7 +85,7 @@ def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | 
         engine = LLMEngine(parts=parts, **PRESSURE)
     outputs = run_workload(engine, victim_workload(seed), progress=False)
     e2e = [o.metrics.e2e_latency for o in outputs]
-    return VictimReport(sum(e2e) / len(e2e), percentile(e2e, 99), engine.num_preemptions)
+    return VictimReport(sum(e2e) / len(e2e), slowest_mean(e2e), engine.num_preemptions)
 
 
 @cache
@@ -68,16 +98,16 @@ def latest_first(seed: int) -> VictimReport:
 class VictimComparison:
     """A policy against latest-first over some workloads."""
     mean_share: float   # its mean e2e latency over all the workloads, as a share of latest-first's
-    p99_share: float    # its p99 e2e latency as a share of latest-first's, averaged over the workloads
+    tail_share: float   # its slowest 2%'s mean e2e latency as a share of latest-first's, averaged over the workloads
     pairs: list[tuple[VictimReport, VictimReport]]   # (yours, minicb's) per workload
 
     @property
     def meets_targets(self) -> bool:
-        return self.mean_share <= TARGET and self.p99_share <= TAIL_BOUND
+        return self.mean_share <= TARGET and self.tail_share <= TAIL_BOUND
 
     def __str__(self) -> str:
-        return (f"mean e2e {self.mean_share:.1%} of latest-first's (at most {TARGET:.0%}), p99 e2e "
-                f"{self.p99_share:.1%} of it (at most {TAIL_BOUND:.0%})")
+        return (f"mean e2e {self.mean_share:.1%} of latest-first's (at most {TARGET:.0%}), its slowest "
+                f"{TAIL_SHARE:.0%} {self.tail_share:.1%} of theirs (at most {TAIL_BOUND:.0%})")
 
 
 def compare_victim_policies(choose_victim: Callable[[tuple[RequestView, ...]], str],
@@ -85,4 +115,4 @@ def compare_victim_policies(choose_victim: Callable[[tuple[RequestView, ...]], s
     """Your policy against minicb's latest-first on the workloads of `seeds`."""
     pairs = [(run_victim_policy(choose_victim, s), latest_first(s)) for s in seeds]
     return VictimComparison(sum(y.mean_e2e_s for y, _ in pairs) / sum(m.mean_e2e_s for _, m in pairs),
-                            sum(y.p99_e2e_s / m.p99_e2e_s for y, m in pairs) / len(pairs), pairs)
+                            sum(y.tail_e2e_s / m.tail_e2e_s for y, m in pairs) / len(pairs), pairs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 POOL_SIZING = (101, 102, 103, 104, 105)
 
 # Lesson 06 task 2: the victim policy's bursts (minicb.course.victims).
-VICTIM_POLICY = tuple(range(101, 109))   # eight: a p99 of 200 requests moves a lot from one burst to the next
+VICTIM_POLICY = tuple(range(101, 109))   # eight: the slowest few of 200 requests move a lot from one burst to the next
 
 # Lesson 07 task 2: slo_workload's draws. Not every seed's can be served within the SLO at 48 requests per
 # second: some (3, 110, 116, 117, 124 and 133 of those tried) bring more work than minicb's own configuration

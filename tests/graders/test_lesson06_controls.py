@@ -102,28 +102,37 @@ def least_computed_first(running):
 
 
 def fewest_tokens_left(running):
-    """Shortest-remaining-first turned around: the nearly done give way."""
+    """Shortest-remaining-first turned around: those nearest their cap give way."""
     return min(may_give_way(running), key=lambda r: (r.max_tokens - r.num_output_tokens, r.rank)).request_id
 
 
-@pytest.mark.parametrize("wrong", [choose_victim, least_computed_first, fewest_tokens_left])
+def longest_request(running):
+    """The longest request by prompt and cap gives way: a cap far from its end moves the mean little, and the
+    same long requests keep giving way."""
+    return max(may_give_way(running), key=lambda r: (r.num_prompt_tokens + r.max_tokens, r.rank)).request_id
+
+
+@pytest.mark.parametrize("wrong", [choose_victim, least_computed_first, fewest_tokens_left, longest_request])
 def test_a_policy_that_does_not_lower_the_mean_fails_the_design_task(wrong):
     with pytest.raises(AssertionError, match="mean end-to-end latency must be at most"):
         check_meets_the_latency_targets(wrong)
 
 
 def most_tokens_left(running):
-    """Shortest-remaining-time-first: the one with the most tokens to go gives way. It lowers the mean by about
-    a seventh, and keeps preempting the same long requests, which end last: p99 about 1.12x latest-first's."""
+    """Shortest-remaining-time-first, by the cap: the one with the most tokens it may still write gives way. It
+    lowers the mean, and keeps preempting the same long requests, which end last: the slowest 2% wait about
+    1.14x as long as under latest-first."""
     return max(may_give_way(running), key=lambda r: (r.max_tokens - r.num_output_tokens, r.rank)).request_id
 
 
-def longest_request(running):
-    """The longest request, prompt and output, gives way: close to the above, and its tail is longer still."""
-    return max(may_give_way(running), key=lambda r: (r.num_prompt_tokens + r.max_tokens, r.rank)).request_id
+def weighs_the_loss_one_for_one(running):
+    """The above, less a token for each one the victim computed: it passes on the practice seeds and still
+    preempts the long requests too often for the held-out tail."""
+    return max(may_give_way(running), key=lambda r: (r.max_tokens - r.num_output_tokens - r.num_computed_tokens,
+                                                     r.rank)).request_id
 
 
-@pytest.mark.parametrize("wrong", [most_tokens_left, longest_request])
+@pytest.mark.parametrize("wrong", [most_tokens_left, weighs_the_loss_one_for_one])
 def test_a_policy_that_buys_the_mean_with_the_tail_fails_the_design_task(wrong):
     with pytest.raises(AssertionError, match="the mean was bought with the tail"):
         check_meets_the_latency_targets(wrong)

@@ -117,6 +117,9 @@ class PagedAllocator:
           back on the right of free_swap_blocks, in order; the engine frees a swapped sequence when
           its request is aborted;
         - no other sequence's table, count or blocks change.
+        It refuses, changing nothing: KeyError if seq_id holds no blocks, on the device or swapped out (it was
+        freed already, or never allocated): a second free of one sequence is a bug upstream, and must not pass
+        unnoticed.
         """
         raise NotImplementedError("Lesson 04, task 1: PagedAllocator.free: give every block back, on the device "
                                   "or in the swap pool. Check it with: pytest tests/exercises -k lesson04_task1")

@@ -73,6 +73,9 @@ class PagedAllocator:
 
     def free(self, seq_id: str) -> None:
         """Give back everything seq_id holds, on the device or in the swap pool, and forget it."""
+        if seq_id not in self.num_tokens:
+            raise KeyError(f"free({seq_id!r}): {seq_id!r} holds no blocks: it was freed already, or never allocated; "
+                           "free each sequence once")
         if seq_id in self.swapped:   # a swapped-out sequence holds CPU blocks and no device block
             self.free_swap_blocks.extend(self.swapped.pop(seq_id))
         else:

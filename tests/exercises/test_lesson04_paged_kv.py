@@ -75,13 +75,14 @@ ALLOCATE = st.tuples(st.just("allocate"), st.integers(0, 5), st.integers(0, 10),
 APPEND = st.tuples(st.just("append"), st.integers(0, 5), st.integers(1, 9), st.integers(-2, 3))
 SHARE = st.tuples(st.just("share"), st.integers(0, 5), st.integers(1, 3), st.integers(0, 6))
 FREE = st.tuples(st.just("free"), st.integers(0, 5))
+FREE_UNHELD = st.tuples(st.just("free_unheld"), st.integers(0, 5))   # freed already, or never allocated
 # Swapping out once is enough to meet free's swapped case; the rest of the calls are drawn twice as often.
-OPS = st.lists(st.one_of(ALLOCATE, ALLOCATE, APPEND, APPEND, SHARE, SHARE, FREE, FREE,
+OPS = st.lists(st.one_of(ALLOCATE, ALLOCATE, APPEND, APPEND, SHARE, SHARE, FREE, FREE, FREE_UNHELD,
                          st.tuples(st.just("swap_out"), st.integers(0, 5))), min_size=3, max_size=20)
 
 
 # Cases every run tries first, besides the random ones: a free of a table that shares blocks (and of the one
-# it shares them with), a free of a swapped sequence, growth on a full pool into a block that has room,
+# it shares them with), a free of a swapped sequence, a second free of one sequence, growth on a full pool into a block that has room,
 # keep_free when it decides, a sequence of 0 tokens, growth past an exact block boundary, and a table
 # reserved ahead (more blocks than its tokens fill) asked about growth on an empty pool. (pool, calls), the
 # calls as OPS draws them.
@@ -89,6 +90,7 @@ FIRST_CASES = [
     ((6, 2, 2), [("allocate", 0, 5, 0, 0), ("share", 0, 2, 1), ("append", 1, 2, 0), ("free", 0), ("free", 0)]),
     ((6, 2, 2), [("allocate", 0, 4, 0, 0), ("share", 0, 2, 3), ("free", 1), ("free", 0)]),
     ((4, 2, 2), [("allocate", 0, 3, 0, 0), ("allocate", 1, 1, 0, 0), ("swap_out", 0), ("free", 0), ("free", 0)]),
+    ((2, 2, 0), [("allocate", 0, 3, 0, 0), ("free", 0), ("free_unheld", 0)]),
     ((2, 4, 1), [("allocate", 0, 3, 0, 0), ("allocate", 1, 4, 0, 0), ("append", 0, 1, 0), ("append", 1, 1, 0),
                  ("append", 0, 1, 0)]),
     ((4, 2, 1), [("allocate", 0, 4, 0, 2), ("allocate", 1, 2, 0, 2), ("append", 0, 1, 1), ("append", 0, 1, 2),
@@ -163,6 +165,8 @@ class Trial:
                 ref.swap_out(seq)
             elif op == "free" and held:
                 self.free(held[pick % len(held)])
+            elif op == "free_unheld" and unheld:
+                self.free_unheld(unheld[pick % len(unheld)])
             else:
                 continue
             differences = State(self.yours).differences(State(self.minicb))
@@ -382,6 +386,28 @@ class Trial:
         if "free" in self.checked:
             self.check_free(seq, result, before, shared)
 
+    def free_unheld(self, seq: str) -> None:
+        before = State(self.yours.allocator)
+        self.story.append(f"free({seq!r}), which holds no blocks")
+        try:
+            self.yours.free(seq)
+        except NotImplementedError:
+            raise
+        except KeyError:
+            refused = True
+        except Exception as error:   # noqa: BLE001 - the learner's error, shown with its traceback
+            self.broke(FREE_UNHELD_RULE, f"it raised {type(error).__name__}: {error}", error)
+        else:
+            refused = False
+        with pytest.raises(KeyError):
+            self.minicb.free(seq)
+        if "free" in self.checked:
+            if not refused:
+                self.broke(FREE_UNHELD_RULE, f"free({seq!r}) returned, and a second free would go unnoticed")
+            changes = State(self.yours.allocator).differences(before)
+            if changes:
+                self.broke(FREE_UNHELD_RULE, "it refused, but changed the pool: " + "; ".join(changes))
+
     def check_free(self, seq: str, result, before: State, shared: dict[int, list[str]]) -> None:
         after = State(self.yours.allocator)
         if isinstance(result, Exception):
@@ -423,6 +449,9 @@ class Trial:
                 self.broke("free of a sequence on the device leaves the swap pool alone",
                            f"free_swap_blocks went from {before.free_swap_blocks} to {after.free_swap_blocks}")
         self.check_others(seq, before, after, "free")
+
+
+FREE_UNHELD_RULE = "free refuses a sequence that holds no blocks with KeyError, changing nothing"
 
 
 def fewest_blocks(num_tokens: int, block_size: int) -> int:

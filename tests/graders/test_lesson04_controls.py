@@ -176,6 +176,26 @@ class GivesBackInReverse(PagedAllocator):
         super().free(seq_id)
 
 
+class ForgivesASecondFree(PagedAllocator):
+    """free that lets a sequence holding nothing pass: a double free upstream goes unnoticed."""
+
+    def free(self, seq_id: str) -> None:
+        if seq_id in self.num_tokens:
+            super().free(seq_id)
+
+
+class PopsWithDefaults(PagedAllocator):
+    """free written defensively, every lookup with a default: the same silence, by another road."""
+
+    def free(self, seq_id: str) -> None:
+        self.free_swap_blocks.extend(self.swapped.pop(seq_id, []))
+        for block in self.tables.pop(seq_id, []):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_blocks.append(block)
+        self.num_tokens.pop(seq_id, None)
+
+
 @pytest.mark.parametrize("mistake,rule", [
     (ReturnsSharedBlocks, r"free gives a block back only when no sequence holds it any more: free\('.'\) put block "
                           r"\d+ on the free list while '.'( and '.')* still holds? it: it would be returned twice"),
@@ -183,6 +203,9 @@ class GivesBackInReverse(PagedAllocator):
     (ForgetsTheSwapPool, "free forgets the sequence: no entry in tables, swapped or num_tokens"),
     (GivesBackInReverse, "free puts each block no one holds any more back on the right of free_blocks, in table "
                          "order"),
+    (ForgivesASecondFree, r"free refuses a sequence that holds no blocks with KeyError, changing nothing: "
+                          r"free\('.'\) returned, and a second free would go unnoticed"),
+    (PopsWithDefaults, "free refuses a sequence that holds no blocks with KeyError"),
 ])
 def test_free_contract_fails_a_plausible_mistake_by_its_rule(mistake, rule):
     with pytest.raises(AssertionError, match=rule):

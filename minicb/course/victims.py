@@ -25,7 +25,7 @@ from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output
 # Bard whatever MINICB_MODEL says: the graded workloads are the same on every machine.
 PRESSURE = dict(model=str(BARD_PATH), device="cpu", simulate=True, max_num_seqs=32, num_blocks=40, block_size=16,
                 trace_max_steps=0)
-PRACTICE_SEEDS = (0, 1)
+PRACTICE_SEEDS = (0, 1, 2, 3)   # four: two bursts' slowest few are a poor guide to eight unseen ones
 # A policy passes when both hold over the graded workloads. Some ways to lower the mean buy it with the tail
 # (whoever keeps giving way waits longest); the bound on the tail refuses those.
 TARGET = 0.94       # the mean end-to-end latency, as a share of latest-first's
@@ -41,11 +41,26 @@ ONCE_IT_MEETS_THE_TARGET = (
 
 
 @dataclass(frozen=True)
+class SlowRequest:
+    """One of the requests a workload's tail is made of, and what it went through."""
+    arrival_s: float   # from the workload's start
+    max_tokens: int
+    num_output_tokens: int
+    num_preemptions: int
+    e2e_s: float
+
+    def __str__(self) -> str:
+        return (f"arrived at {self.arrival_s:.2f} s, cap {self.max_tokens}, wrote {self.num_output_tokens} tokens, "
+                f"gave way {self.num_preemptions} time{'' if self.num_preemptions == 1 else 's'}, {self.e2e_s:.2f} s end to end")
+
+
+@dataclass(frozen=True)
 class VictimReport:
     """One policy on one workload: end-to-end latencies (s) and preemptions."""
     mean_e2e_s: float
     tail_e2e_s: float   # the mean of the slowest TAIL_SHARE
     preemptions: int
+    slowest: tuple[SlowRequest, ...]   # the slowest TAIL_SHARE, slowest first: who the tail is
 
     def __str__(self) -> str:
         return (f"mean e2e {self.mean_e2e_s:.3f} s, slowest {TAIL_SHARE:.0%} {self.tail_e2e_s:.3f} s, "
@@ -55,7 +70,7 @@ class VictimReport:
 def victim_workload(seed: int, n: int = 200) -> list[WorkloadRequest]:
     """n Bard requests arriving at 80 per second. Each asks for at most max_tokens, a heavy-tailed cap up to 400,
     and ends when the model is done, often long before: after each token it stops with a chance of 2 / cap, so
-    a request runs on average for about half its cap, and how long it will run shows only when it ends.
+    87% end before their cap, after 44% of it on average, and how long one will run shows only when it ends.
 
     The stop is the simulator's stand-in tokens meeting the request's stop_token_ids: the stand-in is spread
     evenly over the vocabulary, so a request whose stop set holds a share p of the ids ends after each token with
@@ -70,10 +85,9 @@ def victim_workload(seed: int, n: int = 200) -> list[WorkloadRequest]:
     return [WorkloadRequest(p, sp, t) for p, sp, t in zip(bard_prompts(n, seed), params, arrival_times(n, 80.0, seed))]
 
 
-def slowest_mean(latencies: list[float]) -> float:
-    """The mean of the slowest TAIL_SHARE of the latencies (at least one)."""
-    slowest = sorted(latencies)[-max(1, round(TAIL_SHARE * len(latencies))):]
-    return sum(slowest) / len(slowest)
+def num_slowest(n: int) -> int:
+    """How many of n requests the tail is (at least one)."""
+    return max(1, round(TAIL_SHARE * n))
 
 
 def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int) -> VictimReport:
@@ -83,9 +97,14 @@ def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PoolTooSmallWarning)   # the short pool is the point
         engine = LLMEngine(parts=parts, **PRESSURE)
-    outputs = run_workload(engine, victim_workload(seed), progress=False)
+    workload = victim_workload(seed)
+    outputs = run_workload(engine, workload, progress=False)
+    slowest = sorted(zip(workload, outputs), key=lambda pair: -pair[1].metrics.e2e_latency)[:num_slowest(len(outputs))]
     e2e = [o.metrics.e2e_latency for o in outputs]
-    return VictimReport(sum(e2e) / len(e2e), slowest_mean(e2e), engine.num_preemptions)
+    return VictimReport(sum(e2e) / len(e2e), sum(o.metrics.e2e_latency for _, o in slowest) / len(slowest),
+                        engine.num_preemptions,
+                        tuple(SlowRequest(w.arrival_time, w.params.max_tokens, len(o.outputs[0].token_ids),
+                                          o.metrics.num_preemptions, o.metrics.e2e_latency) for w, o in slowest))
 
 
 @cache

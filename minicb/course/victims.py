@@ -50,8 +50,9 @@ class SlowRequest:
     e2e_s: float
 
     def __str__(self) -> str:
+        times = "once" if self.num_preemptions == 1 else f"{self.num_preemptions} times"
         return (f"arrived at {self.arrival_s:.2f} s, cap {self.max_tokens}, wrote {self.num_output_tokens} tokens, "
-                f"gave way {self.num_preemptions} time{'' if self.num_preemptions == 1 else 's'}, {self.e2e_s:.2f} s end to end")
+                f"gave way {times}, {self.e2e_s:.2f} s end to end")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | 
         engine = LLMEngine(parts=parts, **PRESSURE)
     workload = victim_workload(seed)
     outputs = run_workload(engine, workload, progress=False)
-    slowest = sorted(zip(workload, outputs), key=lambda pair: -pair[1].metrics.e2e_latency)[:num_slowest(len(outputs))]
+    by_latency = sorted(zip(workload, outputs), key=lambda pair: -pair[1].metrics.e2e_latency)
+    slowest = by_latency[:num_slowest(len(outputs))]
     e2e = [o.metrics.e2e_latency for o in outputs]
     return VictimReport(sum(e2e) / len(e2e), sum(o.metrics.e2e_latency for _, o in slowest) / len(slowest),
                         engine.num_preemptions,

@@ -82,10 +82,10 @@ OPS = st.lists(st.one_of(ALLOCATE, ALLOCATE, APPEND, APPEND, SHARE, SHARE, FREE,
 
 
 # Cases every run tries first, besides the random ones: a free of a table that shares blocks (and of the one
-# it shares them with), a free of a swapped sequence, a second free of one sequence, growth on a full pool into a block that has room,
-# keep_free when it decides, a sequence of 0 tokens, growth past an exact block boundary, and a table
-# reserved ahead (more blocks than its tokens fill) asked about growth on an empty pool. (pool, calls), the
-# calls as OPS draws them.
+# it shares them with), a free of a swapped sequence, a second free of one sequence, growth on a full pool into
+# a block that has room, keep_free when it decides, a sequence of 0 tokens, growth past an exact block boundary,
+# and a table reserved ahead (more blocks than its tokens fill) asked about growth on an empty pool. (pool,
+# calls), the calls as OPS draws them.
 FIRST_CASES = [
     ((6, 2, 2), [("allocate", 0, 5, 0, 0), ("share", 0, 2, 1), ("append", 1, 2, 0), ("free", 0), ("free", 0)]),
     ((6, 2, 2), [("allocate", 0, 4, 0, 0), ("share", 0, 2, 3), ("free", 1), ("free", 0)]),

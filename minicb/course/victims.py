@@ -59,9 +59,13 @@ class SlowRequest:
 class VictimReport:
     """One policy on one workload: end-to-end latencies (s) and preemptions."""
     mean_e2e_s: float
-    tail_e2e_s: float   # the mean of the slowest TAIL_SHARE
     preemptions: int
     slowest: tuple[SlowRequest, ...]   # the slowest TAIL_SHARE, slowest first: who the tail is
+
+    @property
+    def tail_e2e_s(self) -> float:
+        """The tail: the mean end-to-end latency of the slowest TAIL_SHARE."""
+        return sum(r.e2e_s for r in self.slowest) / len(self.slowest)
 
     def __str__(self) -> str:
         return (f"mean e2e {self.mean_e2e_s:.3f} s, slowest {TAIL_SHARE:.0%} {self.tail_e2e_s:.3f} s, "
@@ -103,8 +107,7 @@ def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | 
     by_latency = sorted(zip(workload, outputs), key=lambda pair: -pair[1].metrics.e2e_latency)
     slowest = by_latency[:num_slowest(len(outputs))]
     e2e = [o.metrics.e2e_latency for o in outputs]
-    return VictimReport(sum(e2e) / len(e2e), sum(o.metrics.e2e_latency for _, o in slowest) / len(slowest),
-                        engine.num_preemptions,
+    return VictimReport(sum(e2e) / len(e2e), engine.num_preemptions,
                         tuple(SlowRequest(w.arrival_time, w.params.max_tokens, len(o.outputs[0].token_ids),
                                           o.metrics.num_preemptions, o.metrics.e2e_latency) for w, o in slowest))
 

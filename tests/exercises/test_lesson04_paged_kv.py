@@ -134,16 +134,17 @@ class Trial:
         raise AssertionError(f"{rule}: {what}.\nThe case (hypothesis shrinks a random one), call by call:\n  {calls}") \
             from error
 
-    def call(self, what: str, method: Callable, *args):
-        """Your call's result, or the NoFreeBlocks/ValueError it raised; any other error fails, naming the call."""
+    def call(self, what: str, method: Callable, *args,
+             refusals: tuple[type[Exception], ...] = (NoFreeBlocks, ValueError)):
+        """Your call's result, or the refusal it raised; any other error fails, naming the call."""
         try:
             return method(*args)
         except NotImplementedError:
             raise
-        except (NoFreeBlocks, ValueError) as refusal:
+        except refusals as refusal:
             return refusal
         except Exception as error:   # noqa: BLE001 - the learner's error, shown with its traceback
-            self.broke(f"{what} returns a result or refuses with NoFreeBlocks/ValueError",
+            self.broke(f"{what} returns a result or refuses with {'/'.join(r.__name__ for r in refusals)}",
                        f"it raised {type(error).__name__}: {error}", error)
 
     def run(self, ops: list[tuple]) -> None:
@@ -389,20 +390,11 @@ class Trial:
     def free_unheld(self, seq: str) -> None:
         before = State(self.yours.allocator)
         self.story.append(f"free({seq!r}), which holds no blocks")
-        try:
-            self.yours.free(seq)
-        except NotImplementedError:
-            raise
-        except KeyError:
-            refused = True
-        except Exception as error:   # noqa: BLE001 - the learner's error, shown with its traceback
-            self.broke(FREE_UNHELD_RULE, f"it raised {type(error).__name__}: {error}", error)
-        else:
-            refused = False
+        result = self.call(f"free({seq!r})", self.yours.free, seq, refusals=(KeyError,))
         with pytest.raises(KeyError):
             self.minicb.free(seq)
         if "free" in self.checked:
-            if not refused:
+            if not isinstance(result, KeyError):
                 self.broke(FREE_UNHELD_RULE, f"free({seq!r}) returned, and a second free would go unnoticed")
             changes = State(self.yours.allocator).differences(before)
             if changes:

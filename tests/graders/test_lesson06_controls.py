@@ -126,8 +126,8 @@ def most_tokens_left(running):
 
 
 def weighs_the_loss_one_for_one(running):
-    """The above, less a token for each one the victim computed: it passes on the practice seeds and still
-    preempts the long requests too often for the held-out tail."""
+    """The above, less a token for each one the victim computed: its tail comes within two points of the bound on
+    the practice seeds, and it still preempts the long requests too often for the held-out tail."""
     return max(may_give_way(running), key=lambda r: (r.max_tokens - r.num_output_tokens - r.num_computed_tokens,
                                                      r.rank)).request_id
 

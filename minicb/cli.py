@@ -90,7 +90,8 @@ def show_progress(lessons: list[int] | None) -> int:
         print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
         return 2
     print(progress.render_predictions(course.REPO_ROOT, lessons))
-    print(progress.render(progress.check(course.REPO_ROOT, lessons)))
+    results = progress.check(course.REPO_ROOT, lessons)   # counts this run of each check before they are read
+    print(progress.render(results, progress.load(course.REPO_ROOT)))
     return 0
 
 

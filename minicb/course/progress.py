@@ -1,13 +1,22 @@
-"""Where you stand in the course: every task, done, failing or not started, and the command that checks it.
+"""Where you stand in the course: every task, done, failing or not started, the command that checks it, and how
+many runs of that check it took.
 
 `python -m minicb progress` (or `make progress`) grades your exercises/, whatever MINICB_IMPL says. A task
 whose functions are all still their stubs is "not started", read from the source, so its tests need
 not run; the tests of every other task run once, in one quiet pytest process, and decide between
 "done" and "failing".
+
+Every run of a task's whole check on your exercises/ (`pytest tests/exercises -k lessonNN_taskM`, or `make
+progress`) is counted in workspace/.check-runs.json, with the run on which it first passed and the rule each
+failing run broke before that. It is the course's own measure of whether a task makes you think: a workshop
+teacher who collects the files sees which tasks took the room the most tries, and which rules stopped people.
+Nothing leaves your machine, and git ignores workspace/. A run of part of a task's tests (one pair of lesson
+04's, say, or a test by its node id) is practice and is not counted, nor is a run on a task not started.
 """
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -15,13 +24,16 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from minicb.course import IMPL_VARIABLE, TASKS, Task, predictions, stub_label
+from minicb.course import IMPL_VARIABLE, TASKS, Task, impl, predictions, stub_label
+from minicb.course.predictions import WORKSPACE
 
 DONE, FAILING, NOT_STARTED, NOT_CHECKED = "done", "failing", "not started", "not checked"
 TEST_NAME = re.compile(r"test_lesson(\d\d)_task(\d+)_")
+LOG_NAME = ".check-runs.json"   # in workspace/: the runs of each task's check
+KEPT_FAILURES = 20   # the rules of the first failing runs: what stopped the learner, not a full history
 
 
 @dataclass(frozen=True)
@@ -110,20 +122,27 @@ def check(root: Path, lessons: Collection[int] | None = None, announce: bool = T
     return results
 
 
-def render(results: list[TaskResult]) -> str:
-    """One line per task under a line per lesson, and how many are done."""
+def render(results: list[TaskResult], runs: dict[str, TaskRuns] | None = None) -> str:
+    """One line per task under a line per lesson, and how many are done; with `runs`, how many runs of its check
+    each task took."""
     lines = []
     lesson = None
+    shown: dict[str, TaskRuns] = {}
     for r in results:
         t = r.task
         if t.lesson != lesson:
             lesson = t.lesson
             lines.append(f"Lesson {t.lesson:02d}  exercises/{t.module}.py")
         lines.append(f"  task {t.number}  {t.name:36s} {r.state:12s} {t.command}")
+        if ran := (runs or {}).get(key := task_key(t.lesson, t.number)):
+            shown[key] = ran
+            lines.append(f"          {describe(ran)}")
         if r.why:   # the rule that broke, whole: it is what the learner needs to read
             lines.append(f"          {r.why.splitlines()[0]}")
     done = sum(r.state == DONE for r in results)
     lines.append(f"{done} of {len(results)} tasks done")
+    if shown:
+        lines.append(summary(shown))
     return "\n".join(lines)
 
 
@@ -136,3 +155,109 @@ def render_predictions(root: Path, lessons: Collection[int] | None = None) -> st
         if lessons is None or int(lesson[:2]) in lessons:   # --lesson 6 counts lesson 06b's too
             lines.append(f"  lesson {lesson}  {made} of {asked} made, {right} right")
     return "\n".join(lines)
+
+
+@dataclass
+class TaskRuns:
+    """One task's runs of its check, as workspace/.check-runs.json keeps them."""
+    runs: int = 0
+    passed_on: int | None = None   # the run on which the whole check first passed
+    failures: list[str] = field(default_factory=list)   # per failing run before that, the first rule it broke
+
+
+def log_path(root: Path) -> Path:
+    return root / WORKSPACE / LOG_NAME
+
+
+def load(root: Path) -> dict[str, TaskRuns]:
+    """Task key ("06.2") -> its runs so far; empty before the first run."""
+    path = log_path(root)
+    if not path.exists():
+        return {}
+    try:
+        return {key: TaskRuns(**value) for key, value in json.loads(path.read_text()).items()}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path} is not what the course writes there ({error}): delete it, and the runs are counted "
+                         "from zero") from error
+
+
+def task_key(lesson: int, number: int) -> str:
+    return f"{lesson:02d}.{number}"
+
+
+def record(root: Path, outcomes: dict[str, str | None]) -> None:
+    """Count one run of each task's check in `outcomes`: task key -> None when it passed, else the rule it broke."""
+    if not outcomes:
+        return
+    runs = load(root)
+    for key, broken in outcomes.items():
+        task = runs.setdefault(key, TaskRuns())
+        task.runs += 1
+        if broken is None:
+            task.passed_on = task.passed_on or task.runs
+        elif task.passed_on is None and len(task.failures) < KEPT_FAILURES:
+            task.failures.append(broken)
+    path = log_path(root)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({key: asdict(task) for key, task in sorted(runs.items())}, indent=1) + "\n")
+
+
+def describe(task: TaskRuns) -> str:
+    """One line: how many runs, and the one that passed."""
+    ran = f"{task.runs} run{'s' if task.runs > 1 else ''} of the check"
+    return f"{ran}, passed on run {task.passed_on}" if task.passed_on else f"{ran}, not passed yet"
+
+
+def summary(runs: dict[str, TaskRuns]) -> str:
+    """How many of the passed tasks took more than one run of the check."""
+    passed = [task for task in runs.values() if task.passed_on]
+    retried = sum(task.passed_on > 1 for task in passed)
+    return f"{retried} of the {len(passed)} tasks you passed took more than one run of the check ({LOG_NAME})"
+
+
+class CheckRunCounter:
+    """The pytest plugin that counts the runs (tests/conftest.py registers it): at the end of a session on the
+    learner's exercises/ (MINICB_IMPL=exercises), one run for each started task whose whole check ran."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.broken: dict[str, str | None] = {}   # task key -> the first rule its tests broke this run (None: none)
+        self.partial: set[str] = set()   # tasks some of whose tests were left out (-k, --lf)
+
+    @staticmethod
+    def task_of(nodeid: str) -> str | None:
+        path, _, name = nodeid.partition("::")
+        graded = TEST_NAME.match(name.rpartition("::")[2])
+        return task_key(int(graded[1]), int(graded[2])) if graded and "exercises" in Path(path).parts else None
+
+    def pytest_deselected(self, items) -> None:
+        self.partial.update(key for item in items if (key := self.task_of(item.nodeid)))
+
+    def pytest_runtest_logreport(self, report) -> None:
+        key = self.task_of(report.nodeid)
+        if key is None or (report.passed and report.when != "call"):
+            return
+        self.broken.setdefault(key, None)
+        if not report.passed and self.broken[key] is None:
+            self.broken[key] = first_line(report)
+
+    def pytest_sessionfinish(self, session, exitstatus: int) -> None:
+        if impl() != "exercises" or any("::" in str(arg) for arg in session.config.args):
+            return   # minicb's own tests grade the reference; a node id picks a few tests, not the check
+        keys = {task_key(t.lesson, t.number): t for t in TASKS}
+        # A run stopped early (-x, Ctrl-C: pytest's exit status 2) may have left a task's other tests unrun: only
+        # the tasks that broke a rule before it stopped are known.
+        stopped = bool(session.shouldfail or session.shouldstop) or exitstatus == 2
+        whole = {key: broken for key, broken in self.broken.items()
+                 if key not in self.partial and (broken is not None or not stopped)}
+        record(self.root, {key: broken for key, broken in whole.items()
+                           if key in keys and started(keys[key], self.root)})
+
+
+def first_line(report) -> str:
+    """What a failed or skipped test report says, in a line: its rule, or why it was not checked."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return f"not checked: {report.longrepr[2].removeprefix('Skipped: ')}"
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    return (text.strip().splitlines() or ["failed"])[0][:300]

@@ -39,7 +39,8 @@ from minicb.request import Request, RequestStatus, RequestView, rank
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
 from minicb.scheduler.plan import StepPlan, StepState
-from minicb.scheduler.planner import check_plan, plan_step
+from minicb.scheduler.plan_check import check_plan
+from minicb.scheduler.planner import plan_step
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig

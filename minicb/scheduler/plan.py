@@ -4,7 +4,7 @@ what it returns.
 Before every step the scheduler hands plan_step a StepState, a snapshot of what it may read, and applies
 the StepPlan it returns: who gives way, which running requests get how many tokens, and who starts. The
 plan only decides; ContinuousScheduler applies it through its own methods (preempt, run, start), after
-check_plan (minicb/scheduler/planner.py, with minicb's own plan) has compared it with the contract below and
+check_plan (minicb/scheduler/plan_check.py, with minicb's own plan) has compared it with the contract below and
 named the first rule a wrong plan breaks.
 
 The contract (every rule is one check_plan names):

@@ -14,7 +14,7 @@ from minicb.parts import EngineParts
 from minicb.request import RequestView
 from minicb.sampling import SamplingParams
 from minicb.scheduler.plan import StepState
-from minicb.scheduler.planner import PlanError, check_plan
+from minicb.scheduler.plan_check import PlanError, check_plan
 from minicb.scheduler.preemption import choose_victim
 
 mine = course.lesson("lesson02_continuous")

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import minicb
-from minicb.course.progress import CheckRunCounter
+from minicb.course.progress import TryCounter
 from minicb.model.loader import BARD_PATH
 from minicb.near_tie import compare_greedy_runs
 
@@ -60,7 +60,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "any_model: every lesson on another model; runs only with --any-model")
     config.addinivalue_line("markers", "real_model: on SmolLM2-135M-Instruct (make real-model); runs only with "
                                        "--real-model")
-    config.pluginmanager.register(CheckRunCounter(here), "minicb-check-runs")
+    config.pluginmanager.register(TryCounter(here), "minicb-tries")
 
 
 def pytest_collection_modifyitems(config, items):

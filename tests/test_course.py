@@ -547,16 +547,17 @@ def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
 COUNTING_CONFTEST = '''
 from pathlib import Path
 
-from minicb.course.progress import CheckRunCounter
+from minicb.course.progress import TryCounter
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(CheckRunCounter(Path(__file__).resolve().parents[1]), "minicb-check-runs")
+    config.pluginmanager.register(TryCounter(Path(__file__).resolve().parents[1]), "minicb-tries")
 '''
 
 
-def test_each_whole_check_of_a_started_task_counts_one_run(tmp_path):
+def test_a_try_is_a_whole_check_of_a_started_task_on_a_changed_file(tmp_path):
     write_files(tmp_path, {**FAKE_CHECKOUT, "tests/conftest.py": COUNTING_CONFTEST})
+    lesson03 = tmp_path / "exercises/lesson03_selective.py"
 
     def pytest_run(*args: str, impl: str = "exercises") -> None:
         subprocess.run([sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider",
@@ -564,28 +565,31 @@ def test_each_whole_check_of_a_started_task_counts_one_run(tmp_path):
                        env={**os.environ, course.IMPL_VARIABLE: impl}, capture_output=True, check=False)
 
     progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
+    pytest_run("tests/exercises", "-k", "lesson03_task1")   # the same file again
+    lesson03.write_text(lesson03.read_text() + "# a second try\n")
     pytest_run("tests/exercises", "-k", "lesson03_task1")
-    # Not runs of a check: part of a task's tests, a test by its node id, the reference's tests.
+    lesson03.write_text(lesson03.read_text() + "# not a try: each run below checks too little or the reference\n")
     pytest_run("tests/exercises", "-k", "lesson03_task1 and 2")
-    pytest_run("tests/exercises/test_fakes.py::test_lesson02_task1_passes")
+    pytest_run("tests/exercises/test_fakes.py::test_lesson03_task1_fails")
     pytest_run("tests/exercises", impl="solutions")
-    runs = progress.load(tmp_path)
-    assert set(runs) == {"02.1", "03.1", "07.1"}, "06.1's tests never ran, and 07.2 is not started"
-    assert (runs["02.1"].runs, runs["02.1"].passed_on, runs["02.1"].failures) == (1, 1, [])
-    assert (runs["03.1"].runs, runs["03.1"].passed_on) == (2, None)
-    assert runs["03.1"].failures == ["AssertionError: wrong batch"] * 2
-    assert runs["07.1"].failures == ["not checked: needs a GPU"]
+    tries = progress.load(tmp_path)
+    assert set(tries) == {"02.1", "03.1", "07.1"}, "06.1's tests never ran, and 07.2 is not started"
+    assert (tries["02.1"].tries, tries["02.1"].passed_on, tries["02.1"].failures) == (1, 1, [])
+    assert (tries["03.1"].tries, tries["03.1"].passed_on) == (2, None)
+    assert tries["03.1"].failures == ["AssertionError: wrong batch"] * 2
+    assert tries["07.1"].failures == ["not checked: needs a GPU"]
 
     (tmp_path / "tests/exercises/test_fakes.py").write_text("def test_lesson03_task1_now_passes():\n    pass\n")
     progress.check(tmp_path, lessons=[3], announce=False)
+    lesson03.write_text(lesson03.read_text() + "# after the pass\n")
     progress.check(tmp_path, lessons=[3], announce=False)
-    runs = progress.load(tmp_path)
-    assert (runs["03.1"].runs, runs["03.1"].passed_on, len(runs["03.1"].failures)) == (4, 3, 2)
-    out = progress.render(progress.check(tmp_path, lessons=[2, 3], announce=False), runs)
-    assert "pytest tests/exercises -k lesson03_task1\n          4 runs of the check, passed on run 3\n" in out
-    assert out.endswith("\n1 of the 2 tasks you passed took more than one run of the check (.check-runs.json)")
-    progress.log_path(tmp_path).write_text('{"03.1": {"tries": 4}}')
-    with pytest.raises(ValueError, match=r"\.check-runs\.json is not what the course writes there .*delete it"):
+    tries = progress.load(tmp_path)
+    assert (tries["03.1"].tries, tries["03.1"].passed_on, len(tries["03.1"].failures)) == (4, 3, 2)
+    out = progress.render(progress.check(tmp_path, lessons=[2, 3], announce=False), tries)
+    assert "pytest tests/exercises -k lesson03_task1\n          4 tries, passed on try 3\n" in out
+    assert out.endswith("\n1 of the 2 tasks you passed took more than one try (workspace/.tries.json)")
+    progress.log_path(tmp_path).write_text('{"03.1": {"runs": 4}}')
+    with pytest.raises(ValueError, match=r"\.tries\.json is not what the course writes there .*delete it"):
         progress.load(tmp_path)
 
 

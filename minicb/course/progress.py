@@ -1,21 +1,24 @@
 """Where you stand in the course: every task, done, failing or not started, the command that checks it, and how
-many runs of that check it took.
+many tries it took.
 
 `python -m minicb progress` (or `make progress`) grades your exercises/, whatever MINICB_IMPL says. A task
 whose functions are all still their stubs is "not started", read from the source, so its tests need
 not run; the tests of every other task run once, in one quiet pytest process, and decide between
 "done" and "failing".
 
-Every run of a task's whole check on your exercises/ (`pytest tests/exercises -k lessonNN_taskM`, or `make
-progress`) is counted in workspace/.check-runs.json, with the run on which it first passed and the rule each
-failing run broke before that. It is the course's own measure of whether a task makes you think: a workshop
-teacher who collects the files sees which tasks took the room the most tries, and which rules stopped people.
-Nothing leaves your machine, and git ignores workspace/. A run of part of a task's tests (one pair of lesson
-04's, say, or a test by its node id) is practice and is not counted, nor is a run on a task not started.
+Every try at a task is counted in workspace/.tries.json: a run of its whole check (`pytest tests/exercises
+-k lessonNN_taskM`, or `make progress`) on a version of your exercises/ file it has not checked before, with the
+try on which it first passed and the rule each failing try broke before that. It is the course's own measure of
+whether a task makes you think: a workshop teacher who collects the files sees which tasks took the room the
+most tries, and which rules stopped people. Nothing leaves your machine, and git ignores workspace/. Not
+counted: a run on a file unchanged since the task's last try (so `make progress` adds a try only where you
+changed something), a run of part of a task's tests (one pair of lesson 04's, say, or a test by its node id),
+and a run on a task not started.
 """
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -32,8 +35,8 @@ from minicb.course.predictions import WORKSPACE
 
 DONE, FAILING, NOT_STARTED, NOT_CHECKED = "done", "failing", "not started", "not checked"
 TEST_NAME = re.compile(r"test_lesson(\d\d)_task(\d+)_")
-LOG_NAME = ".check-runs.json"   # in workspace/: the runs of each task's check
-KEPT_FAILURES = 20   # the rules of the first failing runs: what stopped the learner, not a full history
+LOG_NAME = ".tries.json"   # in workspace/: each task's tries
+KEPT_FAILURES = 20   # the rules of the first failing tries: what stopped the learner, not a full history
 
 
 @dataclass(frozen=True)
@@ -122,21 +125,20 @@ def check(root: Path, lessons: Collection[int] | None = None, announce: bool = T
     return results
 
 
-def render(results: list[TaskResult], runs: dict[str, TaskRuns] | None = None) -> str:
-    """One line per task under a line per lesson, and how many are done; with `runs`, how many runs of its check
-    each task took."""
+def render(results: list[TaskResult], tries: dict[str, TaskTries] | None = None) -> str:
+    """One line per task under a line per lesson, and how many are done; with `tries`, how many each task took."""
     lines = []
     lesson = None
-    shown: dict[str, TaskRuns] = {}
+    shown: dict[str, TaskTries] = {}
     for r in results:
         t = r.task
         if t.lesson != lesson:
             lesson = t.lesson
             lines.append(f"Lesson {t.lesson:02d}  exercises/{t.module}.py")
         lines.append(f"  task {t.number}  {t.name:36s} {r.state:12s} {t.command}")
-        if ran := (runs or {}).get(key := task_key(t.lesson, t.number)):
-            shown[key] = ran
-            lines.append(f"          {describe(ran)}")
+        if tried := (tries or {}).get(key := task_key(t.lesson, t.number)):
+            shown[key] = tried
+            lines.append(f"          {describe(tried)}")
         if r.why:   # the rule that broke, whole: it is what the learner needs to read
             lines.append(f"          {r.why.splitlines()[0]}")
     done = sum(r.state == DONE for r in results)
@@ -158,66 +160,75 @@ def render_predictions(root: Path, lessons: Collection[int] | None = None) -> st
 
 
 @dataclass
-class TaskRuns:
-    """One task's runs of its check, as workspace/.check-runs.json keeps them."""
-    runs: int = 0
-    passed_on: int | None = None   # the run on which the whole check first passed
-    failures: list[str] = field(default_factory=list)   # per failing run before that, the first rule it broke
+class TaskTries:
+    """One task's tries, as workspace/.tries.json keeps them: runs of its whole check, each on a new version of
+    its exercises/ file."""
+    tries: int = 0
+    passed_on: int | None = None   # the try on which the whole check first passed
+    failures: list[str] = field(default_factory=list)   # per failing try before that, the first rule it broke
+    version: str = ""   # a digest of the exercises/ file the last try checked
 
 
 def log_path(root: Path) -> Path:
     return root / WORKSPACE / LOG_NAME
 
 
-def load(root: Path) -> dict[str, TaskRuns]:
-    """Task key ("06.2") -> its runs so far; empty before the first run."""
+def load(root: Path) -> dict[str, TaskTries]:
+    """Task key ("06.2") -> its tries so far; empty before the first."""
     path = log_path(root)
     if not path.exists():
         return {}
     try:
-        return {key: TaskRuns(**value) for key, value in json.loads(path.read_text()).items()}
+        return {key: TaskTries(**value) for key, value in json.loads(path.read_text()).items()}
     except (ValueError, TypeError, AttributeError) as error:
-        raise ValueError(f"{path} is not what the course writes there ({error}): delete it, and the runs are counted "
-                         "from zero") from error
+        raise ValueError(f"{path} is not what the course writes there ({error}): delete it, and the tries are "
+                         "counted from zero") from error
 
 
 def task_key(lesson: int, number: int) -> str:
     return f"{lesson:02d}.{number}"
 
 
-def record(root: Path, outcomes: dict[str, str | None]) -> None:
-    """Count one run of each task's check in `outcomes`: task key -> None when it passed, else the rule it broke."""
-    if not outcomes:
+def file_version(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
+
+
+def record(root: Path, outcomes: dict[str, tuple[str, str | None]]) -> None:
+    """Count a try for each task in `outcomes` (task key -> the version of its file that the check ran on, and
+    None when it passed, else the rule it broke) whose version is not the one its last try checked."""
+    tries = load(root)
+    new = {key: outcome for key, outcome in outcomes.items() if outcome[0] != tries.get(key, TaskTries()).version}
+    if not new:
         return
-    runs = load(root)
-    for key, broken in outcomes.items():
-        task = runs.setdefault(key, TaskRuns())
-        task.runs += 1
+    for key, (version, broken) in new.items():
+        task = tries.setdefault(key, TaskTries())
+        task.tries += 1
+        task.version = version
         if broken is None:
-            task.passed_on = task.passed_on or task.runs
+            task.passed_on = task.passed_on or task.tries
         elif task.passed_on is None and len(task.failures) < KEPT_FAILURES:
             task.failures.append(broken)
     path = log_path(root)
     path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps({key: asdict(task) for key, task in sorted(runs.items())}, indent=1) + "\n")
+    path.write_text(json.dumps({key: asdict(task) for key, task in sorted(tries.items())}, indent=1) + "\n")
 
 
-def describe(task: TaskRuns) -> str:
-    """One line: how many runs, and the one that passed."""
-    ran = f"{task.runs} run{'s' if task.runs > 1 else ''} of the check"
-    return f"{ran}, passed on run {task.passed_on}" if task.passed_on else f"{ran}, not passed yet"
+def describe(task: TaskTries) -> str:
+    """One line: how many tries, and the one that passed."""
+    tried = f"{task.tries} {'try' if task.tries == 1 else 'tries'}"
+    return f"{tried}, passed on try {task.passed_on}" if task.passed_on else f"{tried}, not passed yet"
 
 
-def summary(runs: dict[str, TaskRuns]) -> str:
-    """How many of the passed tasks took more than one run of the check."""
-    passed = [task for task in runs.values() if task.passed_on]
+def summary(tries: dict[str, TaskTries]) -> str:
+    """How many of the passed tasks took more than one try."""
+    passed = [task for task in tries.values() if task.passed_on]
     retried = sum(task.passed_on > 1 for task in passed)
-    return f"{retried} of the {len(passed)} tasks you passed took more than one run of the check ({LOG_NAME})"
+    return f"{retried} of the {len(passed)} tasks you passed took more than one try ({WORKSPACE}/{LOG_NAME})"
 
 
-class CheckRunCounter:
-    """The pytest plugin that counts the runs (tests/conftest.py registers it): at the end of a session on the
-    learner's exercises/ (MINICB_IMPL=exercises), one run for each started task whose whole check ran."""
+class TryCounter:
+    """The pytest plugin that counts the tries (tests/conftest.py registers it): at the end of a session on the
+    learner's exercises/ (MINICB_IMPL=exercises), a try for each started task whose whole check ran."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -244,14 +255,14 @@ class CheckRunCounter:
     def pytest_sessionfinish(self, session, exitstatus: int) -> None:
         if impl() != "exercises" or any("::" in str(arg) for arg in session.config.args):
             return   # minicb's own tests grade the reference; a node id picks a few tests, not the check
-        keys = {task_key(t.lesson, t.number): t for t in TASKS}
+        tasks = {task_key(t.lesson, t.number): t for t in TASKS}
         # A run stopped early (-x, Ctrl-C: pytest's exit status 2) may have left a task's other tests unrun: only
         # the tasks that broke a rule before it stopped are known.
         stopped = bool(session.shouldfail or session.shouldstop) or exitstatus == 2
         whole = {key: broken for key, broken in self.broken.items()
                  if key not in self.partial and (broken is not None or not stopped)}
-        record(self.root, {key: broken for key, broken in whole.items()
-                           if key in keys and started(keys[key], self.root)})
+        record(self.root, {key: (file_version(self.root / "exercises" / f"{tasks[key].module}.py"), broken)
+                           for key, broken in whole.items() if key in tasks and started(tasks[key], self.root)})
 
 
 def first_line(report) -> str:

@@ -90,7 +90,7 @@ def show_progress(lessons: list[int] | None) -> int:
         print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
         return 2
     print(progress.render_predictions(course.REPO_ROOT, lessons))
-    results = progress.check(course.REPO_ROOT, lessons)   # its run of a changed file's check is a try: count it first
+    results = progress.check(course.REPO_ROOT, lessons)   # its pytest run records the tries: read them after it
     print(progress.render(results, progress.load(course.REPO_ROOT)))
     return 0
 

@@ -568,6 +568,9 @@ def test_a_try_is_a_whole_check_of_a_started_task_on_a_changed_file(tmp_path):
     pytest_run("tests/exercises", "-k", "lesson03_task1")   # the same file again
     lesson03.write_text(lesson03.read_text() + "# a second try\n")
     pytest_run("tests/exercises", "-k", "lesson03_task1")
+    for path in (tmp_path / "exercises/lesson02_continuous.py", lesson03):
+        path.write_text(path.read_text() + "# stopped by -x at 03.1's failure: 02.1 may not have run all its tests\n")
+    pytest_run("tests/exercises/test_fakes.py", "-x", "-k", "lesson02_task1 or lesson03_task1")
     lesson03.write_text(lesson03.read_text() + "# not a try: each run below checks too little or the reference\n")
     pytest_run("tests/exercises", "-k", "lesson03_task1 and 2")
     pytest_run("tests/exercises/test_fakes.py::test_lesson03_task1_fails")
@@ -575,8 +578,8 @@ def test_a_try_is_a_whole_check_of_a_started_task_on_a_changed_file(tmp_path):
     tries = progress.load(tmp_path)
     assert set(tries) == {"02.1", "03.1", "07.1"}, "06.1's tests never ran, and 07.2 is not started"
     assert (tries["02.1"].tries, tries["02.1"].passed_on, tries["02.1"].failures) == (1, 1, [])
-    assert (tries["03.1"].tries, tries["03.1"].passed_on) == (2, None)
-    assert tries["03.1"].failures == ["AssertionError: wrong batch"] * 2
+    assert (tries["03.1"].tries, tries["03.1"].passed_on) == (3, None)
+    assert tries["03.1"].failures == ["AssertionError: wrong batch"] * 3
     assert tries["07.1"].failures == ["not checked: needs a GPU"]
 
     (tmp_path / "tests/exercises/test_fakes.py").write_text("def test_lesson03_task1_now_passes():\n    pass\n")
@@ -584,9 +587,9 @@ def test_a_try_is_a_whole_check_of_a_started_task_on_a_changed_file(tmp_path):
     lesson03.write_text(lesson03.read_text() + "# after the pass\n")
     progress.check(tmp_path, lessons=[3], announce=False)
     tries = progress.load(tmp_path)
-    assert (tries["03.1"].tries, tries["03.1"].passed_on, len(tries["03.1"].failures)) == (4, 3, 2)
+    assert (tries["03.1"].tries, tries["03.1"].passed_on, len(tries["03.1"].failures)) == (5, 4, 3)
     out = progress.render(progress.check(tmp_path, lessons=[2, 3], announce=False), tries)
-    assert "pytest tests/exercises -k lesson03_task1\n          4 tries, passed on try 3\n" in out
+    assert "pytest tests/exercises -k lesson03_task1\n          5 tries, passed on try 4\n" in out
     assert out.endswith("\n1 of the 2 tasks you passed took more than one try (workspace/.tries.json)")
     progress.log_path(tmp_path).write_text('{"03.1": {"runs": 4}}')
     with pytest.raises(ValueError, match=r"\.tries\.json is not what the course writes there .*delete it"):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from pathlib import Path
 
@@ -17,7 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import minicb
-from minicb.course.progress import TryCounter
+from minicb.course.progress import TEST_NAME, TryCounter
 from minicb.model.loader import BARD_PATH
 from minicb.near_tie import compare_greedy_runs
 
@@ -72,13 +71,10 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(skip)
 
 
-GRADED = re.compile(r"test_lesson(\d\d)_task(\d+)_")
-
-
 @pytest.fixture(autouse=True)
 def graded_functions_are_the_learners_own(request):
     """A task's check grades the learner's functions (grading.imported_instead_of_written), on exercises/ only."""
-    graded = GRADED.match(request.node.name)
+    graded = TEST_NAME.match(request.node.name)
     if graded is None or "exercises" not in Path(str(request.node.path)).parts:
         return
     from grading import imported_instead_of_written

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve real-model test-real-model test-real-model-lessons
+.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve fuzz real-model test-real-model test-real-model-lessons
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -85,6 +85,13 @@ demo: $(STAMP)
 # An OpenAI-compatible server on Bard at http://127.0.0.1:8000 (/v1/completions, /metrics); Ctrl-C stops it.
 serve: $(STAMP)
 	$(PY) -m minicb serve
+
+# schemathesis (pinned here, not a course dependency) against a live server, from its /openapi.json: no 5xx, and
+# no answer the schema does not describe. FUZZ_FLAGS go to `st run` (default: 10 minutes).
+FUZZ_FLAGS ?= --max-time 600
+fuzz: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt schemathesis==4.32.5
+	$(PY) tools/fuzz_server.py $(FUZZ_FLAGS)
 
 # Where you stand: every course task, done, failing or not started, graded on your exercises/.
 progress: $(STAMP)

@@ -11,5 +11,10 @@ def is_int(value: object) -> bool:
 
 def is_finite_number(value: object) -> bool:
     """An int or float that is neither NaN nor infinite (NaN fails every comparison, so a bound check alone
-    lets it through)."""
-    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    lets it through), and small enough to be a float."""
+    if not (is_int(value) or isinstance(value, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:   # an int past the largest float, ~1.8e308
+        return False

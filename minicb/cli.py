@@ -126,8 +126,20 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        help="seconds a connection may sit idle, before its first request or between two, before it "
                             "is closed (uvicorn's; default: %(default)s)")
     serve.add_argument("--request-read-timeout", type=float, default=30.0,
-                       help="seconds a client may pause in the middle of sending a request (headers or body) before "
+                       help="seconds a client has to send a whole request, headers and body, from its first byte, before "
                             "it is answered 408 and closed (default: %(default)s)")
+    serve.add_argument("--max-connections", type=int, default=None,
+                       help="connections open at once; past it a new one closes the oldest with no request in flight "
+                            "(default: the file-descriptor limit, ulimit -n, less 384)")
+    serve.add_argument("--api-key", default=None,
+                       help="a key every route but /health requires, as 'Authorization: Bearer KEY' (as vLLM's "
+                            "--api-key; default: $MINICB_API_KEY, else none)")
+    serve.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
+                       help="names a request's Host header may give, '*' for any (default: the --host address, and "
+                            "localhost if it is a loopback one; any if it is 0.0.0.0 or ::)")
+    serve.add_argument("--enable-debug-trace", action="store_true",
+                       help="serve GET /debug/trace, the engine's step records for a live widget; off by default, "
+                            "since it lists every client's requests and timings")
     serve.add_argument("--engine-threads", type=int, default=None,
                        help="torch's intra-op threads for the engine on the CPU (default: $OMP_NUM_THREADS if set, "
                             "else every core but one, which the event loop keeps: bench/README.md measures why)")

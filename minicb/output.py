@@ -27,7 +27,7 @@ class OutputProcessor:
         finish: tuple[RequestStatus, str | None] | None = None
         if self.detokenize and self._extend_text_and_check_stop_strings(req):
             return RequestStatus.FINISHED_STOPPED, None
-        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_set:
             finish = RequestStatus.FINISHED_STOPPED, None
         elif len(req.output_token_ids) >= p.max_tokens:
             finish = RequestStatus.FINISHED_LENGTH, None

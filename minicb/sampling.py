@@ -70,6 +70,9 @@ class SamplingParams:
             raise bad("ignore_eos", "use True or False")
         if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
             raise bad("seed", "use an integer in the int64 range [-2**63, 2**63 - 1] or None")
+        # As floats from here on: an int as large as 10**20 passed the checks, then overflowed torch.tensor mid-step.
+        self.temperature, self.top_p = float(self.temperature), float(self.top_p)
+        self.stop_token_set = frozenset(self.stop_token_ids)   # a token is checked against it at every step
 
     @property
     def greedy(self) -> bool:
@@ -94,6 +97,29 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     on its own parameters only: the same row of logits and the same generator give the same token,
     whatever the other rows are (the module docstring says why batched logits may still differ).
     """
+    if all(p.greedy for p in params):
+        return _sample(logits, params, generators)
+    states = [g.get_state() for g in generators]
+    try:
+        return _sample(logits, params, generators)
+    except Exception as err:   # noqa: BLE001: one row's parameters may break the batch's draw
+        # Retry each row alone, from the same random state, so that only the row that broke it fails.
+        for g, state in zip(generators, states):
+            g.set_state(state)
+        alone = [_sample_alone(logits[i:i + 1], p, g) for i, (p, g) in enumerate(zip(params, generators))]
+        if all(token is None for token in alone):
+            raise err   # not one row's doing
+        return alone
+
+
+def _sample_alone(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int | None:
+    try:
+        return _sample(logits, [params], [generator])[0]
+    except Exception:   # noqa: BLE001
+        return None
+
+
+def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int | None]:
     tokens = logits.argmax(-1)
     sampled = torch.isfinite(logits).all(dim=-1)   # (B,)
     if not all(p.greedy for p in params):

@@ -16,6 +16,8 @@ from minicb.sampling import GREEDY_BELOW, SamplingParams, find_stop, make_genera
     ("top_p", 0.0), ("top_p", 1.5),
     ("max_tokens", 0), ("max_tokens", -3),
     ("stop", [""]), ("stop_token_ids", [-1]), ("seed", "abc"),
+    pytest.param("temperature", 10**401, id="temperature-401-digits"),
+    pytest.param("top_p", -10**401, id="top_p-401-digits"),
 ])
 def test_bad_sampling_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"SamplingParams\.{field}=.*invalid: use"):
@@ -65,15 +67,20 @@ def test_a_temperature_below_greedy_below_is_greedy_and_leaves_its_batch_alone(t
 
 
 def test_a_row_that_cannot_be_sampled_gets_none_and_the_others_their_own_draws():
-    """NaN logits, and finite logits that overflow once divided by the temperature: None for that row
-    alone (the engine fails its request), and every other row draws exactly what it draws alone."""
+    """NaN logits, finite logits that overflow once divided by the temperature, and parameters that break
+    the batch's draw (an int too large for a tensor, as 10**20 was before SamplingParams made it a float):
+    None for that row alone (the engine fails its request), and every other row draws exactly what it
+    draws alone."""
+    assert SamplingParams(temperature=10**20).temperature == 1e20
     good = torch.tensor([0.0, 1.0, 0.5, -1.0])
     rows = torch.stack([good, torch.tensor([float("nan"), 1.0, 0.0, 0.0]), good,
-                        torch.tensor([3e38, 0.0, 0.0, 0.0]), good])
+                        torch.tensor([3e38, 0.0, 0.0, 0.0]), good, good])
+    breaks_the_batch = SamplingParams()
+    breaks_the_batch.temperature = 10**400
     params = [SamplingParams(), SamplingParams(), SamplingParams(temperature=0),
-              SamplingParams(temperature=0.5), SamplingParams(top_k=3, seed=4)]
-    got = sample(rows, params, [torch.Generator().manual_seed(i) for i in range(5)])
-    assert got[1] is None and got[3] is None
+              SamplingParams(temperature=0.5), SamplingParams(top_k=3, seed=4), breaks_the_batch]
+    got = sample(rows, params, [torch.Generator().manual_seed(i) for i in range(6)])
+    assert got[1] is None and got[3] is None and got[5] is None
     for i in (0, 2, 4):
         assert got[i] == sample(good[None], [params[i]], [torch.Generator().manual_seed(i)])[0]
 

@@ -22,7 +22,7 @@ LONG = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server("--max-num-seqs", "256", "--num-blocks", "2048") as server:
+    with start_server("--max-num-seqs", "256", "--num-blocks", "2048", "--enable-debug-trace") as server:
         yield server
 
 
@@ -330,6 +330,10 @@ def test_debug_trace_pages_with_since(server):
     one = httpx.get(server.url + "/debug/trace", params={"since": steps[0], "limit": 1}).json()
     assert [s["step"] for s in one["steps"]] == steps[:1] and one["next_since"] == steps[0] + 1
     assert httpx.get(server.url + "/debug/trace", params={"since": "x"}).status_code == 400
+    error = httpx.get(server.url + "/debug/trace", params={"limit": 10_001}).json()["error"]
+    assert error["param"] == "limit" and "0 to 10000 steps per call" in error["message"]
+    assert "next_since" in error["message"]
+    assert httpx.get(server.url + "/debug/trace", params={"limit": -1}).status_code == 400
 
 
 # --- the command line -----------------------------------------------------------------------------------

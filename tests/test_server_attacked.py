@@ -1,6 +1,7 @@
-"""`python -m minicb serve` under the attacks of issue 23: huge bodies and prompts, many stop strings, deep
-JSON and huge numbers, bursts against --max-waiting, clients that stop mid-body or say nothing, queued
-requests whose clients leave during a long step, and a /debug/trace that asks for everything.
+"""`python -m minicb serve` under the attacks of issues 23 and 44: huge bodies and prompts, many stop strings,
+deep JSON and huge numbers, bursts against --max-waiting, clients that stop mid-body, say nothing or
+trickle, queued requests whose clients leave during a long step, a sampling value that would fail a step,
+a flood of connections, other sites' pages, and costly chats and traces.
 
 Most tests share one subprocess server. Two orderings need a step or a tokenization held on purpose: those
 run a real uvicorn server on loopback inside this process, with the engine's forward or its tokenizer
@@ -9,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
+import resource
+import select
 import socket
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 
 import httpx
 import pytest
 import uvicorn
 
+from minicb.serve import openapi
 from minicb.serve.api_server import build_app
 from minicb.serve.async_llm import AsyncLLM
 from minicb.serve.server_process import metric, start_server
@@ -25,6 +31,7 @@ from minicb.serve.server_process import metric, start_server
 PROMPT = "ROMEO.\n"
 LONG = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}   # outlasts any test's wait
 MAX_BODY = 2**20   # the module server's --max-request-body-mb 1
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +63,7 @@ def error_of(answer: httpx.Response, status: int) -> dict:
 
 def raw_request(path: str, body: bytes, declared_length: int | None = None) -> bytes:
     length = len(body) if declared_length is None else declared_length
-    return (f"POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+    return (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             f"content-length: {length}\r\n\r\n").encode() + body
 
 
@@ -82,7 +89,7 @@ def test_a_body_over_the_limit_is_refused_413_naming_the_flag_declared_or_not(se
             yield b"x" * 65536
         yield b'"}'
 
-    streamed = httpx.post(server.url + "/v1/completions", content=chunked(), timeout=60)
+    streamed = httpx.post(server.url + "/v1/completions", content=chunked(), timeout=60, headers=JSON)
     assert "more than" in error_of(streamed, 413)["message"]
     assert httpx.get(server.url + "/health").status_code == 200
 
@@ -199,18 +206,10 @@ def test_a_silent_partial_request_gets_408_and_is_closed(server):
         assert read_until_closed(sock).startswith(b"HTTP/1.1 408")
     with socket.create_connection((host, int(port))) as sock:   # nothing at all: closed after --timeout-keep-alive
         assert read_until_closed(sock) == b""
-    assert "went silent for --request-read-timeout" in server.log()
+    assert "did not send it within --request-read-timeout" in server.log()
 
 
-# --- /debug/trace and compatibility -----------------------------------------------------------------
-
-def test_debug_trace_refuses_a_limit_over_its_cap(server):
-    error = error_of(httpx.get(server.url + "/debug/trace", params={"limit": 10_001}), 400)
-    assert error["param"] == "limit" and "0 to 10000 steps per call" in error["message"]
-    assert "next_since" in error["message"]
-    assert httpx.get(server.url + "/debug/trace", params={"limit": 10_000}).status_code == 200
-    assert httpx.get(server.url + "/debug/trace", params={"limit": -1}).status_code == 400
-
+# --- compatibility -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("field, value", [("logit_bias", {}), ("tools", []), ("response_format", {"type": "text"}),
                                           ("suffix", ""), ("tool_choice", "none"), ("presence_penalty", 0.0)])
@@ -250,20 +249,23 @@ class Gate:
 @contextmanager
 def in_process_server(**engine_config):
     """A real uvicorn server on a free loopback port, on a thread of this process, over an AsyncLLM
-    whose forward and tokenization each pass a Gate first."""
+    whose forward and tokenization each pass a Gate first. Bard is given a chat template, and the server
+    /debug/trace."""
     forward, tokenizing = Gate(), Gate()
     async_llm = AsyncLLM(None, device="cpu", **engine_config)
+    async_llm.engine.tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     execute, make_request = async_llm.engine.runner.execute, async_llm.engine.make_request
     async_llm.engine.runner.execute = lambda batch, sampling: (forward.wait(), execute(batch, sampling))[1]
     async_llm.engine.make_request = lambda *args, **kw: (tokenizing.wait(), make_request(*args, **kw))[1]
-    config = uvicorn.Config(build_app(async_llm, "bard", MAX_BODY), host="127.0.0.1", port=0, log_level="warning")
+    app = build_app(async_llm, "bard", MAX_BODY, debug_trace=True)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, what="the in-process server's start")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}", forward, tokenizing
+        yield f"http://127.0.0.1:{port}", forward, tokenizing, async_llm
     finally:
         forward.opened.set()
         tokenizing.opened.set()
@@ -272,7 +274,7 @@ def in_process_server(**engine_config):
 
 
 def test_health_answers_while_a_prompt_is_being_tokenized():
-    with in_process_server(max_num_seqs=4) as (url, _, tokenizing), httpx.Client(base_url=url, timeout=60) as client:
+    with in_process_server(max_num_seqs=4) as (url, _, tokenizing, _), httpx.Client(base_url=url, timeout=60) as client:
         tokenizing.armed = True
         done = threading.Event()
         answer: list[httpx.Response] = []
@@ -288,7 +290,7 @@ def test_health_answers_while_a_prompt_is_being_tokenized():
 
 
 def test_queued_requests_of_clients_that_left_leave_the_queue_during_the_step():
-    with in_process_server(max_num_seqs=1) as (url, forward, _):
+    with in_process_server(max_num_seqs=1) as (url, forward, _, _):
         host, port = url.removeprefix("http://").split(":")
         with httpx.Client(base_url=url, timeout=60) as client, \
                 client.stream("POST", "/v1/completions", json=LONG) as running:   # holds the only seat
@@ -310,3 +312,168 @@ def test_queued_requests_of_clients_that_left_leave_the_queue_during_the_step():
         wait_for(lambda: pool_is_whole(url), what="an empty pool")
         aborted = metric(httpx.get(url + "/metrics").text, "minicb:request_success_total", finished_reason="abort")
         assert aborted == 4, "the three that left the queue and the stream that hung up"
+
+
+# --- issue 44: one client must cost the others nothing ----------------------------------------------
+
+async def finish_reason(lines: AsyncIterator[str]) -> str | None:
+    """How a completion stream ended: its finish_reason, or "error" for an error event."""
+    async for line in lines:
+        if line.startswith("data: {"):
+            event = json.loads(line.removeprefix("data: "))
+            if "error" in event:
+                return "error"
+            if event["choices"] and event["choices"][0]["finish_reason"]:
+                return event["choices"][0]["finish_reason"]
+    return None
+
+
+def test_a_poison_sampling_value_is_refused_and_the_streams_beside_it_finish(server):
+    poisons = [{"temperature": 10**20, "top_k": 50}, {"temperature": 10**401}, {"top_p": 10**401}]
+
+    async def run() -> tuple[list[httpx.Response], list[str | None]]:
+        body = {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True, "stream": True}
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client, AsyncExitStack() as streams:
+            lines = [(await streams.enter_async_context(client.stream("POST", "/v1/completions", json=body)))
+                     .aiter_lines() for _ in range(4)]
+            for stream in lines:
+                await anext(stream)   # each has its first token: all four are running
+            refused = [await client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, **poison})
+                       for poison in poisons]
+            return refused, [await finish_reason(stream) for stream in lines]
+
+    refused, reasons = asyncio.run(run())
+    assert [error_of(answer, 400)["param"] for answer in refused] == ["temperature", "temperature", "top_p"]
+    assert "from 0 to 2" in refused[0].json()["error"]["message"]
+    assert reasons == ["length"] * 4
+
+
+@pytest.mark.parametrize("whole_headers", [False, True], ids=["headers", "body"])
+def test_a_request_that_trickles_in_is_cut_off_before_it_arrives_whole(server, whole_headers):
+    """At 1 byte per 0.05 s the request would take seconds; --request-read-timeout 1 bounds it in all."""
+    request = raw_request("/v1/completions", b'{"prompt": "ROMEO.\\n", "max_tokens": 2, "user": "' + b"x" * 40 + b'"}')
+    start = request.index(b"\r\n\r\n") + 4 if whole_headers else 0
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(request[:start])
+        sent = start
+        while sent < len(request) and not select.select([sock], [], [], 0.05)[0]:
+            sock.sendall(request[sent:sent + 1])
+            sent += 1
+        answer = read_until_closed(sock)
+    assert sent < len(request), "the server let the request arrive whole"
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+def test_refused_bodies_and_values_that_once_gave_500_or_a_reset(server):
+    async def oversized() -> list[int]:   # as the openai SDK sends: httpx's async client
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            return [(await client.post("/v1/completions", json={"prompt": "x" * size})).status_code
+                    for size in (5 * MAX_BODY, 10 * MAX_BODY)]
+
+    assert asyncio.run(oversized()) == [413, 413]
+    surrogate = httpx.post(server.url + "/v1/completions", content=b'{"prompt": "ROMEO.\\n", "\\ud800": 1}',
+                           headers=JSON, timeout=30)
+    assert error_of(surrogate, 400)["param"] == "\ud800"
+    many = {"prompt": PROMPT, "max_tokens": 2, "stop_token_ids": list(range(65))}
+    assert "at most 64" in error_of(httpx.post(server.url + "/v1/completions", json=many, timeout=30), 400)["message"]
+    many["stop_token_ids"] = list(range(64))
+    assert httpx.post(server.url + "/v1/completions", json=many, timeout=30).status_code == 200
+    not_allowed = httpx.request("TRACE", server.url + "/health")
+    assert error_of(not_allowed, 405)["type"] == "invalid_request_error" and "GET" in not_allowed.headers["allow"]
+
+
+def test_integral_numbers_are_integers_as_json_schema_says(server):
+    def text(body: dict) -> str:
+        answer = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["choices"][0]["text"]
+
+    assert text({"prompt": [161.0], "max_tokens": 8.0, "seed": 3.0}) == text({"prompt": [161], "max_tokens": 8,
+                                                                              "seed": 3})
+
+
+def test_the_host_and_the_body_type_must_be_this_servers(server):
+    """A web page elsewhere may not call the server: not by a DNS name pointed at 127.0.0.1 (its Host), nor
+    by a form or text/plain post, which a browser sends to any site unasked."""
+    evil = httpx.get(server.url + "/v1/models", headers={"host": "attacker.example:8000"})
+    assert error_of(evil, 421)["code"] == "misdirected_request"
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        answer = httpx.post(server.url + "/v1/completions", content=b'{"prompt": "ROMEO.\\n", "max_tokens": 2}',
+                            headers={"content-type": content_type} if content_type else {})
+        assert error_of(answer, 415)["code"] == "unsupported_media_type"
+    assert httpx.get(server.url.replace("127.0.0.1", "localhost") + "/health").status_code == 200
+
+
+def test_debug_trace_is_off_unless_asked_for(server):
+    assert httpx.get(server.url + "/debug/trace").status_code == 404
+
+
+def test_the_published_schema_describes_every_route(server):
+    document = httpx.get(server.url + "/openapi.json").json()
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        operation = document["paths"][path]["post"]
+        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("Request")
+        assert {"200", "400", "404", "413", "415", "503"} <= set(operation["responses"])
+    assert "/debug/trace" not in document["paths"]
+    assert "422" not in json.dumps(document)
+    assert "content" not in document["paths"]["/health"]["get"]["responses"]["200"]
+    assert set(document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
+    body = {"prompt": PROMPT, "max_tokens": 2, "stop": ["\n\n"]}
+    openapi.CompletionRequest.model_validate(body)
+    openapi.Completion.model_validate(httpx.post(server.url + "/v1/completions", json=body, timeout=30).json())
+    openapi.ModelList.model_validate(httpx.get(server.url + "/v1/models").json())
+    openapi.Error.model_validate(httpx.post(server.url + "/v1/completions", json={"prompt": 1}).json())
+
+
+def test_a_flood_of_slow_connections_past_the_descriptor_limit_leaves_health_and_the_key_holders_served():
+    """1,100 connections that each send one byte and wait, against a server limited to 1,024 descriptors
+    with a 600 s read timeout: each new one past --max-connections closes the oldest with no request in
+    flight, so /health gets in, and the flood is one line of the log. The same server needs --api-key."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"the test opens 1,100 sockets itself; the hard descriptor limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))   # the server inherits it
+    try:
+        started = start_server("--request-read-timeout", "600", "--timeout-keep-alive", "600", "--api-key", "k3y")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    host, port = started.url.removeprefix("http://").split(":")
+    with started as flooded, ExitStack() as sockets:
+        for _ in range(1100):
+            sockets.enter_context(socket.create_connection((host, int(port)))).sendall(b"G")
+        assert httpx.get(flooded.url + "/health", timeout=30).status_code == 200
+        assert flooded.log().count("over --max-connections") == 1
+        key = {"authorization": "Bearer k3y"}
+        for path in ("/v1/models", "/metrics", "/openapi.json"):
+            refused = httpx.get(flooded.url + path)
+            assert error_of(refused, 401)["code"] == "invalid_api_key" and refused.headers["www-authenticate"]
+            assert httpx.get(flooded.url + path, headers={"authorization": "Bearer k3"}).status_code == 401
+            assert httpx.get(flooded.url + path, headers=key).status_code == 200
+        assert httpx.post(flooded.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2},
+                          headers=key, timeout=30).status_code == 200
+
+
+def test_chats_and_traces_are_built_off_the_event_loop_and_a_failure_tells_nothing_of_the_insides():
+    with in_process_server(max_num_seqs=4) as (url, _, _, async_llm):
+        rendering, building = Gate(), Gate()
+        template, trace_since = async_llm.engine.tokenizer.apply_chat_template, async_llm.trace_since
+        async_llm.engine.tokenizer.apply_chat_template = lambda *a, **kw: (rendering.wait(), template(*a, **kw))[1]
+        async_llm.trace_since = lambda *a: (building.wait(), trace_since(*a))[1]
+        chat = {"messages": [{"role": "user", "content": PROMPT}], "max_completion_tokens": 2}
+        for gate, call in ((rendering, lambda: httpx.post(url + "/v1/chat/completions", json=chat, timeout=60)),
+                           (building, lambda: httpx.get(url + "/debug/trace", timeout=60))):
+            gate.armed = True
+            answers: list[httpx.Response] = []
+            caller = threading.Thread(target=lambda: answers.append(call()))
+            caller.start()
+            assert gate.entered.wait(30), "the work never began"
+            assert httpx.get(url + "/health", timeout=30).status_code == 200 and not answers
+            gate.opened.set()
+            caller.join(60)
+            assert answers[0].status_code == 200, answers[0].text
+        chat["max_completion_tokens"] = 0
+        assert error_of(httpx.post(url + "/v1/chat/completions", json=chat), 400)["param"] == "max_completion_tokens"
+        async_llm.trace_since = lambda *a: 1 / 0
+        error = error_of(httpx.get(url + "/debug/trace", timeout=30), 500)
+        assert "ZeroDivision" not in error["message"] and "server's log" in error["message"]

@@ -14,7 +14,7 @@ from minicb.viz import ServerSeats, render_seats
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server("--max-num-seqs", "4") as s:
+    with start_server("--max-num-seqs", "4", "--enable-debug-trace") as s:
         yield s
 
 

@@ -85,8 +85,8 @@ class SchedulerOutput:
         return [c.request_id for c in self.chunks if c.samples]
 
 
-NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits that overflow at its temperature; "
-              "it failed alone, the others in its batch carried on")
+NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits that overflow at its temperature, "
+              "or its sampling parameters failed on them; it failed alone, the others in its batch carried on")
 
 
 def apply_step_results(out: SchedulerOutput, requests: dict[str, Request], sampled: dict[str, int | None],

@@ -5,7 +5,7 @@
     GET  /v1/models, /health
     GET  /metrics                Prometheus text (minicb:* metrics, see server_metrics.py)
     GET  /debug/trace?since=N    the engine's step records from step N on, for a widget following a live server
-                                 (at most 10,000 per call: page on with `next_since`)
+                                 (at most 10,000 per call: page on with `next_since`); only with --enable-debug-trace
 
 A request waits for its first output (its first token, or its rejection) before the response starts, so a
 request the engine turns away (the queue is over max_waiting, or it waited past max_queue_delay_s) is
@@ -15,8 +15,11 @@ The HTTP layer schedules nothing; AsyncLLM does.
 
 What one client may cost is bounded (minicb/serve/http_limits.py): a body over --max-request-body-mb is refused
 with 413 before it is read whole; a connection that sends nothing for --timeout-keep-alive seconds is
-closed, and one that stops halfway through a request for --request-read-timeout seconds gets 408. Text
-prompts are tokenized off the event loop, so /health and every other client keep being answered.
+closed, and a request not whole within --request-read-timeout seconds of its first byte gets 408; past
+--max-connections, a new connection closes the oldest that has no request in flight. Text prompts are
+tokenized, and chats rendered, off the event loop, so /health and every other client keep being answered.
+Who may call it (minicb/serve/access.py): with --api-key, only a client that sends the key; a POST only with
+a JSON body; and only a request whose Host names the server (a web page elsewhere may not call it).
 
 Shutdown, on SIGTERM or Ctrl-C: the server stops accepting connections at once, lets the requests in flight
 finish for up to --shutdown-timeout seconds, then aborts the rest (a stream ends with finish_reason "abort",
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -40,7 +44,6 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from jinja2 import TemplateError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -48,7 +51,10 @@ from starlette.requests import ClientDisconnect
 from minicb.config import cli_overrides
 from minicb.request import RequestOutput
 from minicb.serve.async_llm import AsyncLLM, EngineClosed, EngineError
-from minicb.serve.http_limits import READ_TIMED_OUT, protocol_with_read_timeout, read_body
+from minicb.serve.access import AccessGuard, allowed_hosts, check_json_type, error_response
+from minicb.serve.http_limits import (BACKLOG, READ_TIMED_OUT, bounded_protocol, default_max_connections,
+                                     log_accept_failures_once, read_body)
+from minicb.serve.openapi import openapi_document
 from minicb.serve.openai_protocol import (DEFAULT_COMPLETION_MAX_TOKENS, ApiError, ParsedRequest, choice, parse_json,
                                           parse_request, response_body, shown, sse, usage)
 from minicb.serve.server_metrics import ServerMetrics
@@ -90,9 +96,15 @@ async def unless_disconnected(request: Request, work: Awaitable[Response]) -> Re
     return Response(status_code=499) if task.cancelled() else task.result()   # 499: nobody is there to read it
 
 
-def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> FastAPI:
+def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int, debug_trace: bool = False,
+              api_key: str | None = None, hosts: set[str] | None = None) -> FastAPI:
+    """hosts: the names a request's Host may give (None: any)."""
     metrics = ServerMetrics(async_llm, model_name)
     tokenizer = async_llm.engine.tokenizer
+
+    async def json_body(request: Request) -> dict:
+        check_json_type(request.headers.get("content-type"))
+        return parse_json(await read_body(request, max_body_bytes))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,30 +113,38 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> Fast
 
     app = FastAPI(title="minicb", lifespan=lifespan)
 
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(AccessGuard, api_key=api_key, hosts=hosts)
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
-        headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
-        if err.close_connection:
-            headers["Connection"] = "close"
-        return JSONResponse(err.body, err.http_status, headers=headers)
+        return error_response(err)
 
     @app.exception_handler(ClientDisconnect)
     async def left_mid_body(request: Request, err: ClientDisconnect) -> Response:
-        why = ("went silent for --request-read-timeout seconds (answered 408)" if request.scope.get(READ_TIMED_OUT)
-               else "disconnected")
+        why = ("did not send it within --request-read-timeout seconds (answered 408)"
+               if request.scope.get(READ_TIMED_OUT) else "disconnected")
         log.warning("%s %s: the client %s before sending its whole request; nothing was queued", request.method,
                     request.url.path, why)
         return Response(status_code=499)   # nobody is there to read it
 
     @app.exception_handler(Exception)
     async def bug(request: Request, err: Exception) -> JSONResponse:
-        # Starlette still logs the traceback: this only keeps the answer in OpenAI's shape.
-        return await api_error(request, ApiError(500, f"the server failed on this request ({err!r}); it is a bug "
-                                                      "in minicb, please report it", code="internal_error"))
+        # Starlette logs the traceback; the client gets no detail of the server's insides.
+        return await api_error(request, ApiError(500, "the server failed on this request; it is a bug in minicb, "
+                                                      "please report it with the server's log", code="internal_error"))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
-        return await api_error(request, ApiError(err.status_code, str(err.detail)))
+        error = ApiError(err.status_code, str(err.detail))
+        if err.status_code == 405:   # RFC 9110 §15.5.6: say which methods the route takes
+            error.headers["Allow"] = err.headers["Allow"]
+        return await api_error(request, error)
 
     @app.exception_handler(RequestValidationError)
     async def query_error(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -147,17 +167,20 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> Fast
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/debug/trace")
-    async def trace(since: int = 0, limit: int = 1000) -> dict:
+    async def trace(since: int = 0, limit: int = 1000) -> Response:
         if not 0 <= limit <= MAX_TRACE_STEPS:
             raise ApiError(400, f"limit={limit} is out of range: ask for 0 to {MAX_TRACE_STEPS} steps per call, and "
                                 "page on with the answer's next_since", "limit")
-        return async_llm.trace_since(since, limit)
+        # Megabytes of JSON: built on a thread, so that the streams and /health are answered meanwhile.
+        body = await asyncio.to_thread(lambda: json.dumps(async_llm.trace_since(since, limit)).encode())
+        return Response(body, media_type="application/json")
+
+    if debug_trace:   # it lists every client's requests and timings: only for a server that asked for it
+        app.get("/debug/trace")(trace)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = parse_json(await read_body(request, max_body_bytes))
-        parsed = parse_request(body, False, model_name, DEFAULT_COMPLETION_MAX_TOKENS)
+        parsed = parse_request(await json_body(request), False, model_name, DEFAULT_COMPLETION_MAX_TOKENS)
         return await unless_disconnected(request, respond(parsed, parsed.prompt, chat=False))
 
     @app.post("/v1/chat/completions")
@@ -166,13 +189,8 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int) -> Fast
             raise ApiError(400, f"model {shown(model_name)} has no chat template, so it cannot serve chat; send a "
                                 "plain prompt to /v1/completions instead", "messages", "no_chat_template")
         # A chat's length is up to the model, as OpenAI's is; the engine stops it at max_model_len.
-        body = parse_json(await read_body(request, max_body_bytes))
-        parsed = parse_request(body, True, model_name, async_llm.engine.max_model_len)
-        try:
-            prompt = tokenizer.apply_chat_template(parsed.prompt, add_generation_prompt=True, tokenize=False)
-        except TemplateError as err:
-            raise ApiError(400, f"the model's chat template refused the messages: {err}", "messages") from None
-        return await unless_disconnected(request, respond(parsed, prompt, chat=True))
+        parsed = parse_request(await json_body(request), True, model_name, async_llm.engine.max_model_len)
+        return await unless_disconnected(request, respond(parsed, parsed.prompt, chat=True))
 
     async def respond(parsed: ParsedRequest, prompt: str | list[int], chat: bool) -> Response:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -250,8 +268,9 @@ class GracefulServer(uvicorn.Server):
         self._drain: asyncio.Task | None = None
 
     async def startup(self, sockets=None) -> None:
-        await super().startup(sockets)
         self._loop = asyncio.get_running_loop()
+        log_accept_failures_once(self._loop)
+        await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]   # the real port, also for --port 0
             print(f"minicb serving {self.model_name} on http://{host}:{port}", flush=True)
@@ -267,7 +286,8 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
-    for flag in ("max_request_body_mb", "timeout_keep_alive", "request_read_timeout", "engine_threads"):
+    for flag in ("max_request_body_mb", "timeout_keep_alive", "request_read_timeout", "engine_threads",
+                 "max_connections"):
         if getattr(args, flag) is not None and not getattr(args, flag) > 0:   # NaN too
             print(f"error: --{flag.replace('_', '-')} {getattr(args, flag)} is invalid: use a number > 0",
                   file=sys.stderr)
@@ -291,11 +311,13 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(levelname)s:     %(name)s: %(message)s")
     model_name = args.served_model_name or async_llm.engine.config.model or "bard"   # --model, $MINICB_MODEL
     # uvicorn's own deadline is only a backstop: the drain aborts what is left at grace_s, which ends them.
-    app = build_app(async_llm, model_name, int(args.max_request_body_mb * 2**20))
+    app = build_app(async_llm, model_name, int(args.max_request_body_mb * 2**20), args.enable_debug_trace,
+                    args.api_key or os.environ.get("MINICB_API_KEY") or None, allowed_hosts(args.host, args.allowed_hosts))
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout + 5,
-                            timeout_keep_alive=args.timeout_keep_alive,
-                            http=protocol_with_read_timeout(args.request_read_timeout))
+                            timeout_keep_alive=args.timeout_keep_alive, backlog=BACKLOG,
+                            http=bounded_protocol(args.request_read_timeout,
+                                                  args.max_connections or default_max_connections()))
     # After a signal-driven shutdown uvicorn raises the signal again for the handler that was there before it;
     # the default one would kill the process with the signal's status instead of the clean exit 0.
     for sig in (signal.SIGINT, signal.SIGTERM):

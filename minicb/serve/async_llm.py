@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from jinja2 import TemplateError
+
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
@@ -99,9 +101,10 @@ class AsyncLLM:
 
     # --- requests ---------------------------------------------------------------------------------
 
-    async def generate(self, prompt: Prompt, params: SamplingParams | None = None,
+    async def generate(self, prompt: Prompt | list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
-        """Yield the request's output after each step that changed it, the last one finished. A request
+        """Yield the request's output after each step that changed it, the last one finished. A list of
+        messages ({"role", "content"}) is a chat, rendered by the model's chat template. A request
         the engine turned away ends at once with finish_reason "rejected" (and `reason`). Bad input raises
         ValueError; a failed step raises EngineError. Leaving early (break, an exception, cancellation)
         aborts the request: a queued one leaves at once, a running one's KV blocks are free by the next
@@ -134,9 +137,15 @@ class AsyncLLM:
             if not finished:
                 self._leave(request_id)
 
-    def _make_request(self, prompt: Prompt, params: SamplingParams | None, request_id: str) -> Request:
-        """In the tokenizer's thread, so the event loop answers meanwhile. A text prompt that cannot fit
-        max_model_len whatever its tokens are is refused before it is tokenized (50 MB took 90 s)."""
+    def _make_request(self, prompt: Prompt | list[dict], params: SamplingParams | None, request_id: str) -> Request:
+        """In the tokenizer's thread, so the event loop answers meanwhile: a chat template took 3.4 s over
+        120,000 messages. A text prompt that cannot fit max_model_len whatever its tokens are is refused
+        before it is tokenized (50 MB took 90 s)."""
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            try:
+                prompt = self.engine.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            except TemplateError as err:
+                raise ValueError(f"the model's chat template refused the messages: {err}") from None
         text = prompt_text(prompt)
         limit = self.engine.max_model_len
         if text is not None and len(text) >= limit:   # shorter texts cannot be refused by the bound below

@@ -10,6 +10,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from minicb.checks import is_finite_number, is_int
 from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
 
@@ -26,6 +27,8 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
 # their number and length would otherwise set the cost of everyone's step.
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 128
+MAX_STOP_TOKEN_IDS = 64   # enough for any model's end-of-turn ids
+MAX_TEMPERATURE = 2.0     # OpenAI's bound
 
 
 class ApiError(Exception):
@@ -35,15 +38,15 @@ class ApiError(Exception):
                  retry_after: int | None = None, close_connection: bool = False):
         super().__init__(message)
         self.http_status, self.message, self.param, self.code = status, message, param, code
-        self.retry_after = retry_after
-        self.close_connection = close_connection   # e.g. the rest of an oversized body is still on its way
+        self.headers = {"Retry-After": str(retry_after)} if retry_after else {}
+        if close_connection:   # e.g. the rest of an oversized body is still on its way
+            self.headers["Connection"] = "close"
 
     @property
     def body(self) -> dict:
-        kind = {400: "invalid_request_error", 404: "invalid_request_error", 408: "invalid_request_error",
-                413: "invalid_request_error", 503: "service_unavailable"}
-        return {"error": {"message": self.message, "type": kind.get(self.http_status, "server_error"),
-                          "param": self.param, "code": self.code}}
+        kind = ("service_unavailable" if self.http_status == 503 else "server_error" if self.http_status >= 500
+                else "invalid_request_error")
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
 @dataclass
@@ -124,7 +127,7 @@ def check_prompt(body: dict) -> str | list[int]:
                             "integers is one prompt of token ids)", "prompt")
     if not isinstance(prompt, (str, list)):
         raise ApiError(400, f"prompt must be a string or a list of token ids, not {type(prompt).__name__}", "prompt")
-    return prompt
+    return prompt if isinstance(prompt, str) else [integral(t) for t in prompt]
 
 
 def check_messages(body: dict) -> list[dict]:
@@ -154,12 +157,25 @@ def message_text(i: int, message: object, fix: str) -> str:
 
 
 def sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
-    """SamplingParams from the body's fields, refused with SamplingParams' own message (null = default)."""
-    given = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
+    """SamplingParams from the body's fields, refused with SamplingParams' own message (null = default).
+    Each value is bounded here, before it can reach a step that it would fail for everyone in the batch."""
+    given = {name: integral(body[name]) for name in SAMPLING_FIELDS if body.get(name) is not None}
+    names = {name: name for name in given}
     if body.get("max_completion_tokens") is not None:   # chat's newer name for max_tokens, which it wins over
-        given["max_tokens"] = body["max_completion_tokens"]
+        given["max_tokens"], names["max_tokens"] = integral(body["max_completion_tokens"]), "max_completion_tokens"
     given.setdefault("max_tokens", default_max_tokens)
     check_stop(given.get("stop"))
+    if isinstance(given.get("stop_token_ids"), list):
+        given["stop_token_ids"] = [integral(t) for t in given["stop_token_ids"]]
+        check_stop_token_ids(given["stop_token_ids"])
+    for name in ("max_tokens", "top_k"):
+        if is_int(given.get(name)) and not -2**63 <= given[name] < 2**63:
+            raise ApiError(400, f"{names[name]}={shown(given[name])} is out of range: use an integer below 2**63",
+                           names[name])
+    temperature = given.get("temperature")
+    if is_finite_number(temperature) and temperature > MAX_TEMPERATURE:
+        raise ApiError(400, f"temperature={shown(temperature)} is invalid: use a number from 0 to {MAX_TEMPERATURE:g}, "
+                            "as OpenAI allows", "temperature")
     try:
         return SamplingParams(**given)
     except ValueError as err:
@@ -167,8 +183,18 @@ def sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
         name, _, fix = message.partition(" is invalid: ")
         name = name.split("=", 1)[0]
         if name in given and fix:   # said again with the value and the fix as JSON spells them
-            message = f"{name}={shown(given[name])} is invalid: {json_words(fix)}"
-        raise ApiError(400, message, name) from None
+            message = f"{names[name]}={shown(given[name])} is invalid: {json_words(fix)}"
+        raise ApiError(400, message, names.get(name, name)) from None
+
+
+def integral(value: object) -> object:
+    """16.0 as 16: JSON Schema counts an integral number as an integer, and vLLM accepts it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def check_stop_token_ids(ids: list) -> None:
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise ApiError(400, f"stop_token_ids has {len(ids)} ids; send at most {MAX_STOP_TOKEN_IDS}", "stop_token_ids")
 
 
 def check_stop(stop: object) -> None:

@@ -34,6 +34,8 @@ class ServerSeats:
         arrived = 0
         while True:
             reply = self.client.get(self.url, params={"since": self.since, "limit": self.window})
+            if reply.status_code == 404:
+                raise RuntimeError("this server has no /debug/trace: start it with --enable-debug-trace")
             reply.raise_for_status()
             page = reply.json()
             if not page["enabled"]:

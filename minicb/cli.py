@@ -126,8 +126,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        help="seconds a connection may sit idle, before its first request or between two, before it "
                             "is closed (uvicorn's; default: %(default)s)")
     serve.add_argument("--request-read-timeout", type=float, default=30.0,
-                       help="seconds a client has to send a whole request, headers and body, from its first byte, before "
-                            "it is answered 408 and closed (default: %(default)s)")
+                       help="seconds a client has to send a whole request, headers and body, from its first "
+                            "byte, before it is answered 408 and closed (default: %(default)s)")
     serve.add_argument("--max-connections", type=int, default=None,
                        help="connections open at once; past it a new one closes the oldest with no request in flight "
                             "(default: the file-descriptor limit, ulimit -n, less 384)")

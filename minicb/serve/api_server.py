@@ -311,8 +311,9 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(levelname)s:     %(name)s: %(message)s")
     model_name = args.served_model_name or async_llm.engine.config.model or "bard"   # --model, $MINICB_MODEL
     # uvicorn's own deadline is only a backstop: the drain aborts what is left at grace_s, which ends them.
-    app = build_app(async_llm, model_name, int(args.max_request_body_mb * 2**20), args.enable_debug_trace,
-                    args.api_key or os.environ.get("MINICB_API_KEY") or None, allowed_hosts(args.host, args.allowed_hosts))
+    api_key = args.api_key or os.environ.get("MINICB_API_KEY") or None
+    app = build_app(async_llm, model_name, int(args.max_request_body_mb * 2**20), args.enable_debug_trace, api_key,
+                    allowed_hosts(args.host, args.allowed_hosts))
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout + 5,
                             timeout_keep_alive=args.timeout_keep_alive, backlog=BACKLOG,

@@ -104,8 +104,8 @@ class DeadlineH11Protocol(H11Protocol):
         return self.cycle is not None and not self.cycle.response_complete and not self._request_incomplete()
 
     def _make_room(self) -> None:
-        others = [c for c in self.connections if c is not self and not c._in_flight() and not c.transport.is_closing()]
-        victim = min(others, key=lambda c: c.opened_at, default=self)
+        others = [c for c in self.connections if c is not self and not c._in_flight()]
+        victim = min((c for c in others if not c.transport.is_closing()), key=lambda c: c.opened_at, default=self)
         CONNECTION_FLOOD.log(f"{len(self.connections)} connections are open, over --max-connections "
                              f"{self.max_connections}: closed the oldest with no request in flight")
         victim.transport.raw.close()
@@ -121,8 +121,8 @@ class DeadlineH11Protocol(H11Protocol):
         if cycle is None or not cycle.response_started:
             self.transport.write(timeout_response(self.read_timeout))
         if cycle is None:
-            SLOW_HEADERS.log(f"closed a connection whose request headers did not arrive whole within {self.read_timeout:g} "
-                             "s (--request-read-timeout)")
+            SLOW_HEADERS.log(f"closed a connection whose request headers did not arrive whole within "
+                             f"{self.read_timeout:g} s (--request-read-timeout)")
         else:   # the app, which is reading the body, logs it in one line when it sees the disconnect
             cycle.scope[READ_TIMED_OUT] = True  # type: ignore[literal-required]
             cycle.disconnected = True

@@ -6,13 +6,14 @@ tests/test_server_attacked.py checks that the server keeps to them (and `make fu
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
-from minicb.serve.openai_protocol import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TEMPERATURE, UNSUPPORTED
+from minicb.serve.openai_protocol import (MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TEMPERATURE,
+                                          UNSUPPORTED)
 
 Int64 = Annotated[int, Field(ge=-2**63, le=2**63 - 1)]
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
@@ -36,7 +37,7 @@ class Sampling(BaseModel):
     ignore_eos: bool | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = Field(None, description="only with stream: true")
-    user: Any = Field(None, description="an id; ignored")
+    user: str | None = Field(None, description="an id; ignored")
 
 
 class CompletionRequest(Sampling):
@@ -144,9 +145,13 @@ POSTED = {**REFUSED, "400": error("a field is wrong: the message names it and th
           "503": error("turned away (a full queue), or the server is shutting down; see Retry-After")}
 
 
+# One server-sent event: `data:` holds a chunk's JSON, an error's, or [DONE].
+EVENT = {"type": "object", "properties": {"data": {"type": "string"}}, "required": ["data"]}
+
+
 def answer(name: str) -> dict:
     return {"description": "the answer, or with stream: true server-sent events ending in `data: [DONE]`",
-            "content": {**json_ref(name), "text/event-stream": {"schema": {"type": "string"}}}}
+            "content": {**json_ref(name), "text/event-stream": {"schema": EVENT}}}
 
 
 def json_answer(description: str, name: str = "") -> dict:
@@ -177,7 +182,7 @@ def openapi_document(app: FastAPI) -> dict:
     schemas = {}
     for model in (CompletionRequest, ChatRequest, Completion, ChatCompletion, ModelList, Error):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        if model in (CompletionRequest, ChatRequest):   # OpenAI's fields minicb lacks, each taken at the value that asks for nothing
+        if model in (CompletionRequest, ChatRequest):   # OpenAI's fields minicb lacks, at the value that asks nothing
             schema["properties"].update({name: {"anyOf": [*({"const": v} for v in values), {"type": "null"}]}
                                          for name, values in UNSUPPORTED.items()})
         schemas.update(schema.pop("$defs", {}), **{model.__name__: schema})

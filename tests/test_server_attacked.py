@@ -26,6 +26,7 @@ import uvicorn
 from minicb.serve import openapi
 from minicb.serve.api_server import build_app
 from minicb.serve.async_llm import AsyncLLM
+from minicb.serve.bench_client import run_benchmark
 from minicb.serve.server_process import metric, start_server
 
 PROMPT = "ROMEO.\n"
@@ -426,7 +427,7 @@ def test_the_published_schema_describes_every_route(server):
     openapi.Error.model_validate(httpx.post(server.url + "/v1/completions", json={"prompt": 1}).json())
 
 
-def test_a_flood_of_slow_connections_past_the_descriptor_limit_leaves_health_and_the_key_holders_served():
+def test_a_flood_of_slow_connections_past_the_descriptor_limit_leaves_health_and_the_key_holders_served(monkeypatch):
     """1,100 connections that each send one byte and wait, against a server limited to 1,024 descriptors
     with a 600 s read timeout: each new one past --max-connections closes the oldest with no request in
     flight, so /health gets in, and the flood is one line of the log. The same server needs --api-key."""
@@ -452,6 +453,8 @@ def test_a_flood_of_slow_connections_past_the_descriptor_limit_leaves_health_and
             assert httpx.get(flooded.url + path, headers=key).status_code == 200
         assert httpx.post(flooded.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2},
                           headers=key, timeout=30).status_code == 200
+        monkeypatch.setenv("OPENAI_API_KEY", "k3y")   # the benchmark client sends it, as the openai SDK does
+        assert run_benchmark(flooded.url, None, 2, max_tokens=2, progress=False).summary["completed"] == 2
 
 
 def test_chats_and_traces_are_built_off_the_event_loop_and_a_failure_tells_nothing_of_the_insides():

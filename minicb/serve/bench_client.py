@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -216,8 +217,9 @@ async def benchmark(base_url: str, rate: float | None, num_prompts: int, workloa
     # As many connections as requests in flight: a pool limit would queue requests in the client, and that
     # queue would show up as the server's TTFT.
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    key = os.environ.get("OPENAI_API_KEY")   # a server started with --api-key: the key, as the openai SDK reads it
     async with httpx.AsyncClient(base_url=_api_root(base_url), timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                 limits=limits) as client:
+                                 limits=limits, headers={"Authorization": f"Bearer {key}"} if key else {}) as client:
         model = model or await first_model(client)
         extra = {"ignore_eos": True} if ignore_eos else {}
         bar = tqdm(total=num_prompts, desc=f"rate {rate or 'inf'}", unit="req", disable=not progress)

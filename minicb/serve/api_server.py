@@ -142,9 +142,8 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_body_bytes: int, debug_t
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
         error = ApiError(err.status_code, str(err.detail))
-        if err.status_code == 405:   # RFC 9110 §15.5.6: say which methods the route takes
-            error.headers["Allow"] = err.headers["Allow"]
-        return await api_error(request, error)
+        error.headers.update(err.headers or {})   # a 405's Allow (RFC 9110 §15.5.6), for one
+        return error_response(error)
 
     @app.exception_handler(RequestValidationError)
     async def query_error(request: Request, err: RequestValidationError) -> JSONResponse:

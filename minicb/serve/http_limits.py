@@ -104,8 +104,10 @@ class DeadlineH11Protocol(H11Protocol):
         return self.cycle is not None and not self.cycle.response_complete and not self._request_incomplete()
 
     def _make_room(self) -> None:
-        others = [c for c in self.connections if c is not self and not c._in_flight()]
-        victim = min((c for c in others if not c.transport.is_closing()), key=lambda c: c.opened_at, default=self)
+        # A connection closed a moment ago is still in the set until its descriptor is freed: skip it.
+        idle = [c for c in self.connections
+                if c is not self and not c._in_flight() and not c.transport.is_closing()]
+        victim = min(idle, key=lambda c: c.opened_at, default=self)
         CONNECTION_FLOOD.log(f"{len(self.connections)} connections are open, over --max-connections "
                              f"{self.max_connections}: closed the oldest with no request in flight")
         victim.transport.raw.close()

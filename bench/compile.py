@@ -23,7 +23,7 @@ from pathlib import Path
 
 def child(requests: int, compile: bool) -> dict:
     from minicb import LLM
-    from minicb.workload import make_workload
+    from minicb.lab.workload import make_workload
 
     work = make_workload(requests, lengths="heavy", seed=0, max_tokens=256)
     llm = LLM(None, device="cpu", max_num_seqs=16, num_blocks=4096, compile=compile)

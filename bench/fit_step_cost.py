@@ -14,7 +14,7 @@ import json
 
 from minicb import LLM
 from minicb.costs import fit_step_cost
-from minicb.workload import make_workload, run_workload
+from minicb.lab.workload import make_workload, run_workload
 
 
 def main() -> None:

@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/gpu_presets.py [--seats 192] [--seeds 4] [--whole-run]
 
-The GPU presets are modelled, not measured (minicb/hardware.py states every assumption); the CPU
+The GPU presets are modelled, not measured (minicb/lab/hardware.py states every assumption); the CPU
 preset is Bard's fitted StepCost. Everything runs in the simulator, in a minute or two on 2 cores.
 - Decode flatness: a step of 1, 64 and 192 decodes, each sequence reading 512 tokens of context.
-- Continuous over static: output tokens per simulated second while requests wait (minicb.hardware.
+- Continuous over static: output tokens per simulated second while requests wait (minicb.lab.hardware.
   loaded_throughput), heavy-tailed lengths up to 1,000 tokens, 4 x seats requests, one row per seed;
   --whole-run adds the same ratio over the whole run, the final drain included.
 - The recompute-versus-swap crossover of "auto" preemption for Llama-3-8B (GQA, 128 KiB of KV per
@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from minicb.engine import LLMEngine
-from minicb.hardware import (H100_SXM, LLAMA3_8B, PRESETS, HardwarePreset, RooflineCost, crossover_table,
+from minicb.lab.hardware import (H100_SXM, LLAMA3_8B, PRESETS, HardwarePreset, RooflineCost, crossover_table,
                              loaded_throughput)
-from minicb.metrics import summarize
-from minicb.workload import WorkloadRequest, make_workload, run_workload
+from minicb.lab.workload import WorkloadRequest, make_workload, run_workload
+from minicb.stats.metrics import summarize
 
 # Llama-2-7B's shapes: 32 KV heads, one per query head, so 4x Llama-3-8B's KV per token.
 LLAMA2_7B = replace(LLAMA3_8B, name="Llama-2-7B", num_kv_heads=32, intermediate_size=11008, vocab_size=32000)

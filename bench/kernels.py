@@ -37,7 +37,7 @@ import triton  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from minicb import BARD_PATH  # noqa: E402
-from minicb.workload import make_workload  # noqa: E402
+from minicb.lab.workload import make_workload  # noqa: E402
 from minicb_kernels import paged_decode_attention, varlen_attention  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -172,9 +172,9 @@ def random_qwen2(folder: Path, hidden: int, layers: int, heads: int, kv_heads: i
 def bench_decode_roofline(path: Path, batch: int, context: int, dtype: str, copy_gbps: float) -> list[dict]:
     """One decode step of `batch` sequences of `context` tokens, per attention backend, against the time
     to move its unavoidable bytes (every weight, every sequence's K/V) at the measured copy bandwidth."""
-    from minicb.batch import SequenceChunk
-    from minicb.batch_builder import build_flat_batch
-    from minicb.runner import ModelRunner
+    from minicb.runner.batch import SequenceChunk
+    from minicb.runner.batch_builder import build_flat_batch
+    from minicb.runner.model_runner import ModelRunner
 
     rows = []
     for backend in ("triton", "torch"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from minicb import BARD_PATH, LLMEngine, SamplingParams
-from minicb.workload import bard_prompts
+from minicb.lab.workload import bard_prompts
 
 
 def decoding_engine(num_seqs: int, max_tokens: int, compile: bool = False, seed: int = 0, model: str | None = None,

@@ -3,7 +3,7 @@
     .venv/bin/python bench/prefix.py [--requests 48] [--rate 8] [--seats 16] [--pool 64]
 
 Every request is Romeo and Juliet's Prologue (218 of Bard's tokens) and a speaker line, arriving as a
-Poisson process, 32 forced output tokens each (minicb.workload.with_prologue). For contrast, the same
+Poisson process, 32 forced output tokens each (minicb.lab.workload.with_prologue). For contrast, the same
 words shuffled per request: prompts as long, with nothing to share.
 - At the default pool: prefill tokens computed, the hit rate, output tok/s (wall), TTFT p50/p99.
 - At a pool of --pool blocks, every request arriving at once: the most requests running at once, as
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from minicb import LLMEngine
-from minicb.metrics import summarize
-from minicb.workload import make_workload, run_workload, with_prologue
+from minicb.lab.workload import make_workload, run_workload, with_prologue
+from minicb.stats.metrics import summarize
 
 
 def measure(work, caching: bool, **config) -> dict:

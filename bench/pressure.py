@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 from minicb import LLMEngine, SamplingParams
-from minicb.metrics import percentile, summarize
-from minicb.request import RequestOutput
-from minicb.runner import measure_preemption_cost
-from minicb.workload import WorkloadRequest, bard_prompts, make_workload, run_workload
+from minicb.lab.workload import WorkloadRequest, bard_prompts, make_workload, run_workload
+from minicb.runner.model_runner import measure_preemption_cost
+from minicb.scheduler.request import RequestOutput
+from minicb.stats.metrics import percentile, summarize
 
 RESULTS = {}
 

@@ -30,9 +30,9 @@ import httpx
 import torch
 
 from minicb import LLM, SamplingParams
+from minicb.lab.workload import make_workload
 from minicb.serve.bench_client import run_benchmark
 from minicb.serve.server_process import start_server
-from minicb.workload import make_workload
 
 SWEEP = (0.25, 0.5, 1.0, 1.5, 2.0)
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from minicb import LLM
-from minicb.metrics import summarize
-from minicb.workload import make_workload, run_workload
+from minicb.lab.workload import make_workload, run_workload
+from minicb.stats.metrics import summarize
 
 
 def ideal_ratio(lengths: list[int], seats: int) -> float:

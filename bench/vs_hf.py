@@ -27,8 +27,8 @@ from typing import NamedTuple
 import torch
 
 from minicb import BARD_PATH, LLM
+from minicb.lab.workload import make_workload, output_lengths
 from minicb.model.loader import resolve_model_path
-from minicb.workload import make_workload, output_lengths
 
 # Chat requests for a model with a chat template: what people ask a small assistant, short and long.
 CHAT_QUESTIONS = [

@@ -4,14 +4,14 @@ attention needs to know which tokens belong together. The flat batch carries bot
 Task 1  build_flat_batch   pytest tests/exercises -k lesson03_task1
 
 The engine calls it every step (minicb/engine.py, via EngineParts); minicb's own is
-build_flat_batch in minicb/batch_builder.py (the types are in minicb/batch.py).
+build_flat_batch in minicb/runner/batch_builder.py (the types are in minicb/runner/batch.py).
 """
 from __future__ import annotations
 
 import torch
 
 from minicb.attention.metadata import AttentionMetadata  # noqa: F401  (your batch's attn)
-from minicb.batch import FlatBatch, SequenceChunk
+from minicb.runner.batch import FlatBatch, SequenceChunk
 
 
 def build_flat_batch(chunks: list[SequenceChunk], block_size: int, device: torch.device | str = "cpu") -> FlatBatch:

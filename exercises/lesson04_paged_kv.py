@@ -8,21 +8,21 @@ Task 1  PagedAllocator: can_allocate, allocate, can_append, append_slots, free
         -k lesson04_task1_allocator)
 Task 2  size_kv_pool (a design task)   pytest tests/exercises -k lesson04_task2
 
-The engine builds its BlockManager (minicb/block_manager.py) over your class: the BlockManager
+The engine builds its BlockManager (minicb/kv/block_manager.py) over your class: the BlockManager
 decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on
 the state your __init__ sets, so keep that state as it is. The tests grade your methods a pair at a time
 (allocate, append, free: the rest are then minicb's, run on your instance), and then all of them
 together: on random sequences of calls, tables that share blocks included, each result checked against
 its contract and against minicb's, and in the engine under memory pressure, with the pool's invariants
 checked after every step.
-minicb's own is PagedAllocator in minicb/paged_allocator.py: write the methods yourself, since a
+minicb's own is PagedAllocator in minicb/kv/paged_allocator.py: write the methods yourself, since a
 method that calls or inherits minicb's fails its task.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from minicb.block_manager import NoFreeBlocks  # noqa: F401  (raise it when the pool is too small)
+from minicb.kv.block_manager import NoFreeBlocks  # noqa: F401  (raise it when the pool is too small)
 from minicb.course.pool_sizing import PoolProblem
 
 

@@ -13,7 +13,7 @@ that names the rule.
 from __future__ import annotations
 
 from minicb.costs import PreemptionCost
-from minicb.request import RequestView
+from minicb.scheduler.request import RequestView
 
 
 def choose_victim(running: tuple[RequestView, ...]) -> str:

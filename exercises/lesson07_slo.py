@@ -38,7 +38,7 @@ def chunk_size(uncomputed: int, budget: int, step_is_empty: bool, config: Engine
 
 
 def slo_config() -> dict:
-    """EngineConfig overrides that meet minicb.goodput.SloTarget() on minicb.course.slo.slo_workload(seed), for
+    """EngineConfig overrides that meet minicb.stats.goodput.SloTarget() on minicb.course.slo.slo_workload(seed), for
     the lesson's seed and for others like it. The knobs that matter: max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, long_prefill_token_threshold, schedule_priority, max_waiting, max_queue_delay_s.
 

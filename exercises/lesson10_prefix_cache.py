@@ -9,7 +9,7 @@ Task 1  block_hashes, longest_cached_prefix   pytest tests/exercises -k lesson10
 Task 2  choose_eviction (a design task)       pytest tests/exercises -k lesson10_task2
 
 With enable_prefix_caching=True the scheduler calls the first two (minicb's own are in
-minicb/prefix_cache.py; `course.llm(lesson=10, enable_prefix_caching=True)` plugs yours in). It names a
+minicb/kv/prefix_cache.py; `course.llm(lesson=10, enable_prefix_caching=True)` plugs yours in). It names a
 request's blocks as they fill, a few at a time, and looks a waiting request's names up before admitting
 it: a hit counts as computed, and only the rest of the prompt is prefilled. Task 2 is a design task:
 the block manager asks your policy whenever it must evict (EngineParts(choose_eviction=...); minicb's
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from minicb.eviction import CachedBlock
+from minicb.kv.eviction import CachedBlock
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, parent: bytes | None = None) -> list[bytes]:
@@ -84,7 +84,7 @@ def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
     The outcome (graded on workloads it has not seen): requests whose prompts begin with one of a few
     hot prologues, used again and again, or with a cold one, used once, in a pool too small to keep
     everything. In half the workloads the hot prologues stay hot; in the other half they change halfway
-    through (minicb.eviction.hot_and_cold_prompts(seed, phases=2)), and what was hot is not asked for
+    through (minicb.kv.eviction.hot_and_cold_prompts(seed, phases=2)), and what was hot is not asked for
     again. Your policy's prefix-cache hit rate must beat least recently used's by at least 3 percentage
     points on every workload, with every request's tokens unchanged.
     """

@@ -9,16 +9,16 @@ import sys
 from typing import TextIO
 
 from minicb import course
-from minicb.course import progress
 from minicb.config import add_cli_args, from_environment
+from minicb.course import progress
+from minicb.lab.workload import make_workload, run_workload
 from minicb.llm import LLM
-from minicb.metrics import summarize
 from minicb.model.fetch import REAL_MODELS, fetch
-from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestOutput
+from minicb.stats.metrics import summarize
 from minicb.viz.loadcurve import plot_rate_sweep
 from minicb.viz.text import occupancy_chart
-from minicb.workload import make_workload, run_workload
 
 DEMO_SPEAKERS = ("ROMEO.", "JULIET.")
 MODEL_HELP = ("local Hugging Face model folder, .gguf file, hub id, or a fetched model's name "

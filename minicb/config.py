@@ -63,7 +63,7 @@ class EngineConfig:
 
     simulate: bool = False              # price each step with a cost model instead of running the network
     step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this CPU)
-    #                                     or a GPU preset's RooflineCost from minicb.hardware
+    #                                     or a GPU preset's RooflineCost from minicb.lab.hardware
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
     #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
     compile: bool = False               # torch.compile the forward (attention stays eager): fewer, fused ops per
@@ -107,7 +107,7 @@ class EngineConfig:
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
         check("step_cost", lambda v: v is None or isinstance(v, CostModel),
-              "use None, a minicb.costs.StepCost or a preset's cost (minicb.hardware.PRESETS[name].step_cost)")
+              "use None, a minicb.costs.StepCost or a preset's cost (minicb.lab.hardware.PRESETS[name].step_cost)")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
                                               or self.preemption_mode != "recompute"):
             raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "

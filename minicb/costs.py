@@ -13,7 +13,7 @@ import torch
 @runtime_checkable
 class CostModel(Protocol):
     """What the simulator's clock and the "auto" preemption mode need from a cost model: StepCost
-    (fitted on this CPU) and minicb.hardware.RooflineCost (a GPU, modelled) both meet it."""
+    (fitted on this CPU) and minicb.lab.hardware.RooflineCost (a GPU, modelled) both meet it."""
     @property
     def per_swapped_token(self) -> float:
         """Seconds per token of KV copied one way between the device and the CPU swap pool."""
@@ -37,7 +37,7 @@ class StepCost:
     The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores, eager (941 steps,
     median error 4%; 2026-12-01, after the leaner step of bench/README.md). On a CPU a step costs
     about its token count; on a GPU, decode is bound by memory bandwidth and costs nearly the same at
-    any batch size (minicb.hardware.RooflineCost).
+    any batch size (minicb.lab.hardware.RooflineCost).
     """
     fixed: float = 1.86e-3
     per_token: float = 2.2e-4

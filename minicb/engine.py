@@ -19,21 +19,21 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
-from minicb.batch import sequence_chunks
-from minicb.block_manager import BlockManager
 from minicb.config import EngineConfig
-from minicb.model.loader import resolve_model_path
+from minicb.kv.block_manager import BlockManager
 from minicb.model.config import read_model_config
-from minicb.output import OutputProcessor
+from minicb.model.loader import resolve_model_path
 from minicb.parts import EngineParts
 from minicb.prompts import Prompt, check_params_and_priority, encode_prompt, prompt_text
-from minicb.request import Request, RequestMetrics, RequestOutput, RequestStatus
-from minicb.runner import ModelRunner, Runner, preemption_cost_for, resolve_device, resolve_dtype
+from minicb.runner.batch import sequence_chunks
+from minicb.runner.model_runner import ModelRunner, Runner, preemption_cost_for, resolve_device, resolve_dtype
+from minicb.runner.simulator import SimulatedRunner
 from minicb.sampling import SamplingParams, make_generator
 from minicb.scheduler import build_scheduler
 from minicb.scheduler.output import SchedulerOutput
-from minicb.simulator import SimulatedRunner
-from minicb.trace import Trace
+from minicb.scheduler.output_processor import OutputProcessor
+from minicb.scheduler.request import Request, RequestMetrics, RequestOutput, RequestStatus
+from minicb.stats.trace import Trace
 
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent)

@@ -9,8 +9,8 @@ from tqdm.auto import tqdm
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
-from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestOutput
 
 
 class LLM:

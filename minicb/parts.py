@@ -24,11 +24,11 @@ from typing import Callable
 
 import torch
 
-from minicb.batch import FlatBatch
-from minicb.batch_builder import build_flat_batch
-from minicb.eviction import CachedBlock
-from minicb.paged_allocator import PagedAllocator
-from minicb.prefix_cache import block_hashes, longest_cached_prefix
+from minicb.kv.eviction import CachedBlock
+from minicb.kv.paged_allocator import PagedAllocator
+from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
+from minicb.runner.batch import FlatBatch
+from minicb.runner.batch_builder import build_flat_batch
 from minicb.scheduler.chunking import chunk_size
 from minicb.scheduler.plan import StepPlan
 from minicb.scheduler.planner import plan_step

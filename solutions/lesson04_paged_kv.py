@@ -1,9 +1,9 @@
-"""Lesson 04, the reference: minicb's own allocator, PagedAllocator in minicb/paged_allocator.py (its
+"""Lesson 04, the reference: minicb's own allocator, PagedAllocator in minicb/kv/paged_allocator.py (its
 free also handles the swap pool of lesson 06), and an answer to the design task."""
 import math
 
-from minicb.paged_allocator import PagedAllocator
 from minicb.course.pool_sizing import PoolProblem, run_pool
+from minicb.kv.paged_allocator import PagedAllocator
 
 __all__ = ["PagedAllocator", "size_kv_pool"]
 

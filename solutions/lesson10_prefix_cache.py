@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from minicb.eviction import CachedBlock
-from minicb.prefix_cache import block_hashes, longest_cached_prefix
+from minicb.kv.eviction import CachedBlock
+from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
 
 __all__ = ["block_hashes", "choose_eviction", "longest_cached_prefix"]
 

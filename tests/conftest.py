@@ -17,8 +17,8 @@ if not torch.cuda.is_available():
 
 import minicb
 from minicb.course.progress import TEST_NAME, TryCounter
+from minicb.lab.near_tie import compare_greedy_runs
 from minicb.model.loader import BARD_PATH
-from minicb.near_tie import compare_greedy_runs
 
 # Hypothesis profiles: "fast" for `make test` (derandomized: the same examples every run, so CI
 # cannot flake), "soak" for `make soak` (--hypothesis-profile=soak; random, 50x more).
@@ -182,7 +182,7 @@ def bard_hf():
 
 @pytest.fixture(scope="session")
 def bard_runner():
-    from minicb.runner import ModelRunner
+    from minicb.runner.model_runner import ModelRunner
 
     return ModelRunner(None, device="cpu", num_blocks=1024, block_size=16)
 
@@ -268,7 +268,7 @@ def check_states(engine) -> None:
     """After any step: the pool's invariants hold (swap pool included), every request sits in
     exactly one place (waiting, running, swapped or finished) with the matching status, and no
     more sequences run than there are seats."""
-    from minicb.request import RequestStatus
+    from minicb.scheduler.request import RequestStatus
 
     engine.scheduler.check_invariants()
     sched = engine.scheduler

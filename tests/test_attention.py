@@ -8,8 +8,8 @@ import torch
 
 from minicb.attention import BACKENDS
 from minicb.attention.torch_backend import paged_attention
-from minicb.batch import SequenceChunk
-from minicb.batch_builder import build_flat_batch
+from minicb.runner.batch import SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 
 
 def dense_causal_attention(q, k, v, scale):

@@ -10,7 +10,7 @@ import torch
 from minicb.llm import LLM
 from minicb.model.config import read_model_config
 from minicb.model.loader import load_model
-from minicb.runner import ModelRunner
+from minicb.runner.model_runner import ModelRunner
 from minicb.sampling import SamplingParams
 
 
@@ -191,7 +191,7 @@ def test_engine_config_rejects_nan_and_wrong_types(kwargs, message):
 def test_devices_and_dtypes_minicb_cannot_run_on():
     import torch
 
-    from minicb.runner import resolve_device, resolve_dtype
+    from minicb.runner.model_runner import resolve_device, resolve_dtype
 
     with pytest.raises(ValueError, match=r"dtype=torch.int8 is not supported; use one of float32, float16, bfloat16"):
         resolve_dtype(torch.int8, torch.device("cpu"))

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from minicb.cli import main
-from minicb.goodput import RequestSlo, SloTarget
 from minicb.serve import bench_client as bc
-from minicb.serve.stream_metrics import stream_metrics
 from minicb.serve.server_process import start_server
+from minicb.serve.stream_metrics import stream_metrics
+from minicb.stats.goodput import RequestSlo, SloTarget
 from minicb.viz.loadcurve import plot_rate_sweep
 
 

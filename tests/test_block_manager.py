@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minicb.block_manager import BlockManager
-from minicb.paged_allocator import NoFreeBlocks, PagedAllocator
-from minicb.prefix_cache import block_hashes
+from minicb.kv.block_manager import BlockManager
+from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator
+from minicb.kv.prefix_cache import block_hashes
 
 
 def test_the_allocator_stands_alone_and_the_manager_composes_it():

@@ -30,7 +30,7 @@ def test_bard_is_a_standard_hf_folder_that_loads_offline():
 def test_bard_stops_by_itself_at_heavy_tailed_lengths():
     """The course needs Bard to end its speeches with EOS, at lengths that vary a lot."""
     from minicb import LLM
-    from minicb.workload import make_workload
+    from minicb.lab.workload import make_workload
 
     work = make_workload(100, lengths="natural", temperature=0.8, max_tokens=512, seed=11)
     llm = LLM(None, device="cpu", max_num_seqs=100, num_blocks=100 * 34, max_num_batched_tokens=1024)
@@ -87,7 +87,7 @@ class FailingMidStream:
         pass
 
     def stream(self, prompts, params):
-        from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
+        from minicb.scheduler.request import CompletionOutput, RequestMetrics, RequestOutput
 
         yield 0, "But soft", None
         failed = CompletionOutput(text="But soft", token_ids=[5, 6], finish_reason="error")
@@ -132,9 +132,9 @@ def test_the_demo_table_leads_with_what_no_load_can_change():
     """Steps, seat utilization and tokens per step are the schedule's; the times after the bar are the machine's,
     tok/s last. Simulated runs here, so the figures are the schedule's alone (no time is asserted on)."""
     from minicb.cli import batching_table
+    from minicb.lab.workload import make_workload, run_workload
     from minicb.llm import LLM
-    from minicb.metrics import summarize
-    from minicb.workload import make_workload, run_workload
+    from minicb.stats.metrics import summarize
 
     work = make_workload(12, lengths="natural", temperature=0.8, max_tokens=60, seed=0)
     rows = []

@@ -8,7 +8,7 @@ import torch
 from conftest import count_near_ties
 from minicb import LLM
 from minicb.config import EngineConfig
-from minicb.workload import make_workload
+from minicb.lab.workload import make_workload
 
 
 def test_compiled_engine_serves_the_eager_engines_tokens():

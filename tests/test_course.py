@@ -19,12 +19,12 @@ import pytest
 from conftest import write_files
 
 from minicb import course
+from minicb.cli import main
 from minicb.course import progress
 from minicb.course.capstone import missed
 from minicb.course.slo import SloReport
-from minicb.cli import main
-from minicb.goodput import SloTarget
 from minicb.sampling import SamplingParams
+from minicb.stats.goodput import SloTarget
 
 LESSON_FILES = sorted((course.REPO_ROOT / "exercises").glob("lesson*.py"))
 

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import count_near_ties
 from minicb.engine import LLMEngine, PoolTooSmallWarning
+from minicb.lab.workload import make_workload, run_workload
 from minicb.llm import LLM
-from minicb.metrics import summarize
 from minicb.sampling import SamplingParams
-from minicb.workload import make_workload, run_workload
+from minicb.stats.metrics import summarize
 
 
 def test_64_request_continuous_run_equals_solo_runs(bard_llm):

@@ -1,6 +1,6 @@
 """Hardware presets: the CPU's fitted StepCost and the GPU roofline, both as the simulator's clock.
 
-What the GPU preset must show, from its stated assumptions (minicb/hardware.py): a decode step
+What the GPU preset must show, from its stated assumptions (minicb/lab/hardware.py): a decode step
 costs about the same at any batch size, so continuous batching gains tens of times over static
 batching where on this CPU it gains little; and where "auto" preemption turns from recomputing to
 swapping moves the right way with the host link and the compute.
@@ -12,10 +12,10 @@ import pytest
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost, simulated_preemption_cost
 from minicb.engine import LLMEngine
-from minicb.hardware import (H100_SXM, LLAMA3_8B, PRESETS, ModelShape, RooflineAssumptions, RooflineCost,
+from minicb.lab.hardware import (H100_SXM, LLAMA3_8B, PRESETS, ModelShape, RooflineAssumptions, RooflineCost,
                              crossover_table, loaded_throughput)
-from minicb.simulator import SimulatedRunner
-from minicb.workload import make_workload, run_workload
+from minicb.lab.workload import make_workload, run_workload
+from minicb.runner.simulator import SimulatedRunner
 
 CPU, H100, H200 = PRESETS.values()
 
@@ -140,7 +140,7 @@ def test_a_copy_per_piece_adds_each_blocks_pieces_to_the_bytes():
 
 
 def test_smollm2_shapes_are_its_config_and_the_cpu_ridge_is_its_roofs_ratio():
-    from minicb.hardware import SMOLLM2_135M, measure_cpu_roofline
+    from minicb.lab.hardware import SMOLLM2_135M, measure_cpu_roofline
     from minicb.model.fetch import real_model_folder
 
     folder = real_model_folder("smollm2")

@@ -9,12 +9,12 @@ from minicb_kernels import paged_decode_attention, store_kv
 from test_attention import dense_causal_attention
 
 from minicb.attention import BACKENDS
-from minicb.batch import SequenceChunk
-from minicb.batch_builder import build_flat_batch
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
-from minicb.request import RequestOutput
+from minicb.runner.batch import SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestOutput
 
 
 def batch_over_nan_garbage(shapes: list[tuple[int, int]]) -> tuple[tuple, torch.Tensor]:

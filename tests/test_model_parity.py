@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
-from minicb.batch import SequenceChunk
-from minicb.batch_builder import build_flat_batch
 from minicb.llm import LLM
-from minicb.runner import ModelRunner
+from minicb.runner.batch import SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
+from minicb.runner.model_runner import ModelRunner
 from minicb.sampling import SamplingParams
 
 NEW_TOKENS = 64

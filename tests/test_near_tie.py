@@ -1,10 +1,10 @@
-"""minicb.near_tie: the gaps it reads are the model's, and compare_greedy_runs sorts each divergence by the
+"""minicb.lab.near_tie: the gaps it reads are the model's, and compare_greedy_runs sorts each divergence by the
 reference's gap where it starts."""
 from __future__ import annotations
 
 import pytest
 
-from minicb.near_tie import NEAR_TIE_BOUND, compare_greedy_runs, top2_gap, top2_gaps
+from minicb.lab.near_tie import NEAR_TIE_BOUND, compare_greedy_runs, top2_gap, top2_gaps
 from minicb.sampling import SamplingParams
 
 PROMPT = "ROMEO.\nBut soft, what light"

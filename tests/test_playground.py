@@ -11,13 +11,13 @@ import pytest
 import minicb.viz.playground as pg_module
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.goodput import SloTarget
-from minicb.hardware import PRESETS
-from minicb.metrics import summarize
-from minicb.trace import DECODE, PREFILL
+from minicb.lab.hardware import PRESETS
+from minicb.lab.workload import PROLOGUE, run_workload
+from minicb.stats.goodput import SloTarget
+from minicb.stats.metrics import summarize
+from minicb.stats.trace import DECODE, PREFILL
 from minicb.viz import Playground, PlaygroundSettings, knee, load_curve, playground_run, plot_load_curve, render_result
 from minicb.viz.playground import FIGURES, playground_workload, render_seat_strip, serve
-from minicb.workload import PROLOGUE, run_workload
 
 CPU = next(iter(PRESETS.values()))
 SMALL = PlaygroundSettings(num_requests=100)   # about a second a run

@@ -3,10 +3,10 @@ requests, its tokens of the step go back, and it is swapped out or freed and que
 from __future__ import annotations
 
 from minicb.engine import LLMEngine
-from minicb.request import RequestStatus
 from minicb.sampling import SamplingParams
 from minicb.scheduler.continuous import Step
 from minicb.scheduler.output import SchedulerOutput
+from minicb.scheduler.request import RequestStatus
 
 
 def decoding(n: int = 6, priorities: list[int] | None = None, **config):

@@ -9,14 +9,14 @@ import struct
 import pytest
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS
-from minicb.block_manager import BlockManager
 from minicb.config import EngineConfig
+from minicb.kv.block_manager import BlockManager
+from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
+from minicb.lab.near_tie import top2_gap
 from minicb.llm import LLM
-from minicb.metrics import summarize
 from minicb.parts import EngineParts
-from minicb.near_tie import top2_gap
-from minicb.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.sampling import SamplingParams
+from minicb.stats.metrics import summarize
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 

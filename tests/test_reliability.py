@@ -27,17 +27,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS, check_states, recording_engine
-from minicb.batch_builder import build_flat_batch
+from minicb.costs import PreemptionCost
 from minicb.engine import LLMEngine
+from minicb.lab.near_tie import top2_gap
+from minicb.lab.workload import make_workload
 from minicb.llm import LLM
 from minicb.parts import EngineParts
-from minicb.near_tie import top2_gap
-from minicb.request import RequestStatus
+from minicb.runner.batch_builder import build_flat_batch
+from minicb.runner.simulator import SimulatedRunner
 from minicb.sampling import SamplingParams
 from minicb.scheduler.output import BlockCopy, SchedulerOutput
-from minicb.costs import PreemptionCost
-from minicb.simulator import SimulatedRunner
-from minicb.workload import make_workload
+from minicb.scheduler.request import RequestStatus
 
 # auto: recompute below 20 tokens of context, swap above (a fixed model keeps examples fast).
 CROSSOVER_AT_20_TOKENS = PreemptionCost(0.0, 1.0, 0.0, 20.0, 0.0)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS
-from minicb.batch import SequenceChunk
-from minicb.batch_builder import build_flat_batch
+from minicb.runner.batch import SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 from minicb.sampling import GREEDY_BELOW, SamplingParams, find_stop, make_generator, sample
 
 

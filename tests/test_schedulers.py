@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import check_states, recording_engine
-from minicb.engine import LLMEngine
-from minicb.request import RequestStatus
-from minicb.sampling import SamplingParams
 from minicb.costs import PreemptionCost
-from minicb.trace import IDLE
+from minicb.engine import LLMEngine
+from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestStatus
+from minicb.stats.trace import IDLE
 
 
 def make_engine(tiny_checkpoint, **config) -> LLMEngine:
@@ -401,7 +401,7 @@ def test_measured_preemption_cost_is_sane(tiny_checkpoint):
     """Only what holds however loaded the machine is: every price positive and growing with the context
     (the fit clamps its coefficients at 0), and the choice's ranges describe these prices exactly. Where
     recompute and swap cross depends on the timings, so it is shown in lesson 06b and bench/, not asserted."""
-    from minicb.runner import measure_preemption_cost
+    from minicb.runner.model_runner import measure_preemption_cost
 
     engine = make_engine(tiny_checkpoint, num_blocks=64, preemption_mode="swap", swap_space_mb=1)
     cost = measure_preemption_cost(engine.runner)
@@ -459,7 +459,7 @@ def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
 
 @pytest.mark.parametrize("batching", ["static", "padded", "continuous"])
 def test_the_engine_talks_to_protocols_that_both_schedulers_and_both_runners_meet(batching):
-    from minicb.runner import Runner
+    from minicb.runner.model_runner import Runner
     from minicb.scheduler import Scheduler
 
     for simulate in (True, False):

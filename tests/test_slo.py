@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.goodput import RequestSlo, SloTarget, goodput
-from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
 from minicb.course.slo import grade_slo, slo_workload
+from minicb.scheduler.request import CompletionOutput, RequestMetrics, RequestOutput
+from minicb.stats.goodput import RequestSlo, SloTarget, goodput
 
 
 def test_the_default_configuration_misses_both_targets():

@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from minicb.block_manager import BlockUsage
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.metrics import summarize
-from minicb.request import RequestOutput
+from minicb.kv.block_manager import BlockUsage
+from minicb.lab.workload import make_workload
 from minicb.sampling import SamplingParams
 from minicb.scheduler.output import ScheduledChunk, SchedulerOutput
-from minicb.trace import EMPTY, IDLE, PAD, StepRecord, Trace
-from minicb.workload import make_workload
+from minicb.scheduler.request import RequestOutput
+from minicb.stats.metrics import summarize
+from minicb.stats.trace import EMPTY, IDLE, PAD, StepRecord, Trace
 
 
 class ScanSeats:

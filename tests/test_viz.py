@@ -12,7 +12,7 @@ from PIL import Image
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.sampling import SamplingParams
-from minicb.trace import DECODE, IDLE, PAD, PREFILL
+from minicb.stats.trace import DECODE, IDLE, PAD, PREFILL
 from minicb.viz import (KVBlockMap, SeatOccupancy, Timeline, latency_cdf, render_kv_blocks, render_seats,
                         render_timeline, save_gif, save_html, save_png, timeline_still)
 from minicb.viz.draw import PALETTE, rgb

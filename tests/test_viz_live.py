@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from minicb.serve.server_process import start_server
-from minicb.trace import StepRecord
+from minicb.stats.trace import StepRecord
 from minicb.viz import ServerSeats, render_seats
 
 

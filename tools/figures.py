@@ -17,9 +17,9 @@ import argparse
 from pathlib import Path
 
 from minicb import LLMEngine
-from minicb.metrics import summarize
+from minicb.lab.workload import make_workload, run_workload
+from minicb.stats.metrics import summarize
 from minicb.viz import latency_cdf, save_gif, save_png
-from minicb.workload import make_workload, run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SEATS = 4          # the occupancy GIF: 10 requests, 4 seats, every third step (72 frames)

@@ -2,7 +2,7 @@
 
 This is the one contract between whoever builds a batch (the scheduler's side) and whoever runs
 attention (the torch loop, the vectorised torch path, or a Triton kernel). Nothing in it knows
-about requests, only about sequences, positions and cache slots. minicb.batch_builder.build_flat_batch fills it.
+about requests, only about sequences, positions and cache slots. minicb.runner.batch_builder.build_flat_batch fills it.
 """
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from numbers import Real
 
 from minicb import course
 from minicb.config import EngineConfig
-from minicb.goodput import SloTarget
-from minicb.parts import EngineParts
 from minicb.course.slo import SloReport, grade_slo, slo_workload
-from minicb.workload import WorkloadRequest
+from minicb.lab.workload import WorkloadRequest
+from minicb.parts import EngineParts
+from minicb.stats.goodput import SloTarget
 
 RATE_SHARE = 0.9   # of the reference's rate: a pass needs the SLO kept at a rate at least this high
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from minicb import course
 from minicb.engine import LLMEngine
+from minicb.lab.workload import WorkloadRequest, make_workload, run_workload
 from minicb.parts import EngineParts
-from minicb.workload import WorkloadRequest, make_workload, run_workload
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)   # the block sizes the paged attention kernels are built for
 MAX_WASTE = 0.2              # at most this share of the held slots may hold no token

@@ -5,7 +5,7 @@ documents whose prefill, unchunked, stalls every decode in its step. Arrivals ar
 the default configuration cannot keep up with. A configuration meets the SLO when the requests it
 serves have p99 time-to-first-token and p99 inter-token latency within the targets, and it turns
 away no more than a small fraction (admission control is allowed; making everyone slow is not).
-The targets and goodput themselves are minicb.goodput's: the server's benchmark client counts them too.
+The targets and goodput themselves are minicb.stats.goodput's: the server's benchmark client counts them too.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from minicb import course
 from minicb.engine import LLMEngine
-from minicb.goodput import SloTarget, goodput, meets
-from minicb.metrics import summarize
+from minicb.lab.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
+from minicb.stats.goodput import SloTarget, goodput, meets
+from minicb.stats.metrics import summarize
 
 
 PRACTICE_SEEDS = (0, 1, 2, 4, 5)   # the workloads to tune task 2 on: 0 is the lesson's, 2 and 5 the burstiest

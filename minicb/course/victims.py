@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from functools import cache
 
 from minicb.engine import LLMEngine, PoolTooSmallWarning
+from minicb.lab.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 from minicb.model.config import read_model_config
 from minicb.model.loader import BARD_PATH
 from minicb.parts import EngineParts
-from minicb.request import RequestView
 from minicb.sampling import SamplingParams
-from minicb.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
+from minicb.scheduler.request import RequestView
 
 # A pool of 40 blocks of 16 for 32 seats and a burst of 80 requests per second: hundreds of preemptions per run.
 # Bard whatever MINICB_MODEL says: the graded workloads are the same on every machine.

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
-from minicb.block_manager import BlockManager, BlockUsage
-from minicb.request import Request
-from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.kv.block_manager import BlockManager, BlockUsage
+from minicb.scheduler.continuous import ContinuousScheduler, Policies
 from minicb.scheduler.output import SchedulerOutput
+from minicb.scheduler.request import Request
 from minicb.scheduler.static import StaticScheduler
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.costs import PreemptionCost
-    from minicb.output import OutputProcessor
-    from minicb.parts import EngineParts
+    from minicb.scheduler.output_processor import OutputProcessor
 
 
 @runtime_checkable
@@ -68,7 +67,7 @@ class Scheduler(Protocol):
     def check_invariants(self) -> None: ...
 
 
-def build_scheduler(config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
+def build_scheduler(config: EngineConfig, kv: BlockManager, parts: Policies, outputs: OutputProcessor,
                     clock: Callable[[], float], preemption_cost: PreemptionCost | None) -> Scheduler:
     if config.batching == "continuous":
         return ContinuousScheduler(config, kv, parts, outputs, clock, preemption_cost)

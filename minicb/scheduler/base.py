@@ -7,13 +7,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, MutableSequence
 from typing import TYPE_CHECKING
 
-from minicb.block_manager import BlockManager, BlockUsage
-from minicb.request import Request, RequestStatus
+from minicb.kv.block_manager import BlockManager, BlockUsage
+from minicb.scheduler.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
-    from minicb.output import OutputProcessor
     from minicb.scheduler.output import SchedulerOutput
+    from minicb.scheduler.output_processor import OutputProcessor
 
 
 class SchedulerBase(ABC):

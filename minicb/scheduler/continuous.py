@@ -32,21 +32,30 @@ from collections import deque
 from collections.abc import Iterable, MutableSequence
 from dataclasses import dataclass
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from minicb.block_manager import BlockManager
-from minicb.request import Request, RequestStatus, RequestView, rank
+from minicb.kv.block_manager import BlockManager
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
 from minicb.scheduler.plan import StepPlan, StepState
 from minicb.scheduler.plan_check import check_plan
 from minicb.scheduler.planner import plan_step
+from minicb.scheduler.request import Request, RequestStatus, RequestView, rank
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
     from minicb.costs import PreemptionCost
-    from minicb.output import OutputProcessor
-    from minicb.parts import EngineParts
+    from minicb.scheduler.output_processor import OutputProcessor
+
+
+class Policies(Protocol):
+    """The decisions the scheduler calls: EngineParts (minicb/parts.py) holds minicb's or a learner's."""
+    plan_step: Callable[[StepState], StepPlan]
+    choose_victim: Callable[[tuple[RequestView, ...]], str]
+    should_swap: Callable[[RequestView, str, PreemptionCost | None], bool]
+    chunk_size: Callable[[int, int, bool, EngineConfig], int]
+    block_hashes: Callable[..., list[bytes]]
+    longest_cached_prefix: Callable[..., int]
 
 
 @dataclass
@@ -64,7 +73,7 @@ class Step:
 class ContinuousScheduler(SchedulerBase):
     streams_tokens = True   # every new token goes back to its user at once
 
-    def __init__(self, config: EngineConfig, kv: BlockManager, parts: EngineParts, outputs: OutputProcessor,
+    def __init__(self, config: EngineConfig, kv: BlockManager, parts: Policies, outputs: OutputProcessor,
                  clock: Callable[[], float], preemption_cost: PreemptionCost | None = None):
         super().__init__(config, kv, outputs, clock)
         self.parts = parts

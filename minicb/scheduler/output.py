@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from minicb.request import Request, RequestStatus
+from minicb.scheduler.request import Request, RequestStatus
 
 if TYPE_CHECKING:
-    from minicb.output import OutputProcessor
+    from minicb.scheduler.output_processor import OutputProcessor
 
 
 @dataclass(frozen=True)

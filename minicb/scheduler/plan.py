@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from minicb.request import RequestView
+from minicb.scheduler.request import RequestView
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 it breaks, with the case in words. ContinuousScheduler asks it for every plan, and lesson 02's check for yours."""
 from __future__ import annotations
 
-from minicb.request import RequestView
 from minicb.scheduler.plan import StepPlan, StepState
 from minicb.scheduler.planner import plan_step
+from minicb.scheduler.request import RequestView
 
 
 class PlanError(ValueError):

@@ -2,8 +2,8 @@
 (minicb/scheduler/plan_check.py) holds every plan to that contract, comparing it with this one."""
 from __future__ import annotations
 
-from minicb.request import RequestView
 from minicb.scheduler.plan import StepPlan, StepState
+from minicb.scheduler.request import RequestView
 
 
 def _give_tokens(state: StepState, requests: list[RequestView], budget: int, nothing_yet: bool) -> dict[str, int]:

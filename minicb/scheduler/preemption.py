@@ -1,7 +1,7 @@
 """Lesson 06: preemption. When a running request needs a KV block and none is free, a running request
 gives its blocks back. These are minicb's two decisions; ContinuousScheduler.preempt applies them.
 
-Which one (choose_victim): the last in serving order (minicb.request.rank), the largest priority value,
+Which one (choose_victim): the last in serving order (minicb.scheduler.request.rank), the largest priority value,
 then the latest arrival. Under FCFS every priority is 0, so simply the latest arrival; the oldest request is
 never evicted by a younger one and always makes progress. vLLM's V1 scheduler picks its victim the same way.
 
@@ -15,7 +15,7 @@ The scheduler asks only when the swap pool has room for the victim; without it t
 from __future__ import annotations
 
 from minicb.costs import PreemptionCost
-from minicb.request import RequestView
+from minicb.scheduler.request import RequestView
 
 
 def may_give_way(running: tuple[RequestView, ...]) -> list[RequestView]:

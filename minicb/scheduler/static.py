@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from minicb.block_manager import BlockManager
-from minicb.request import Request, RequestStatus
+from minicb.kv.block_manager import BlockManager
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import PaddingChunk, ScheduledChunk, SchedulerOutput, apply_step_results
+from minicb.scheduler.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig
-    from minicb.output import OutputProcessor
+    from minicb.scheduler.output_processor import OutputProcessor
 
 
 class StaticScheduler(SchedulerBase):

@@ -49,9 +49,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from minicb.config import cli_overrides
-from minicb.request import RequestOutput
-from minicb.serve.async_llm import AsyncLLM, EngineClosed, EngineError
+from minicb.scheduler.request import RequestOutput
 from minicb.serve.access import AccessGuard, allowed_hosts, check_json_type, error_response
+from minicb.serve.async_llm import AsyncLLM, EngineClosed, EngineError
 from minicb.serve.http_limits import (BACKLOG, READ_TIMED_OUT, bounded_protocol, default_max_connections,
                                      log_accept_failures_once, read_body)
 from minicb.serve.openapi import openapi_document

@@ -28,8 +28,8 @@ from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.prompts import Prompt, prompt_text
-from minicb.request import Request, RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import Request, RequestOutput
 
 log = logging.getLogger("minicb.serve")
 LEFT_EARLY = "the client stopped reading before it finished (disconnected, cancelled, or failed)"

@@ -3,7 +3,7 @@ from the client's side, as a user would feel it.
 
 Requests arrive as a Poisson process (seeded exponential gaps, `rate` per second; rate None or inf: all at
 once), each from its own async client task streaming `POST /v1/completions` with `stream_options:
-{include_usage: true}`. Prompts and max_tokens come from minicb.workload: Bard's speaker lines, with max_tokens
+{include_usage: true}`. Prompts and max_tokens come from minicb.lab.workload: Bard's speaker lines, with max_tokens
 the same for all ("fixed"), heavy-tailed ("heavy", the corpus's lengths), or the cap for everyone ("bard",
 the model stops at its own EOS). Only OpenAI fields are sent, unless ignore_eos asks for vLLM's (and
 minicb's) ignore_eos, which forces the lengths.
@@ -20,9 +20,9 @@ What is measured, per request (minicb.serve.stream_metrics.stream_metrics, or th
 And over the run: the mean, p50, p90 and p99 of each (every ITL of every completed request in one pool);
 requests and output tokens per second over the run's duration (from the first send to the last response);
 the rejected (HTTP 429 or 503, Retry-After noted) and failed (any other error) requests; and goodput,
-DistServe's: completed requests per second that meet every target of a minicb.goodput.RequestSlo. By default
+DistServe's: completed requests per second that meet every target of a minicb.stats.goodput.RequestSlo. By default
 its targets are lesson 07's SloTarget, per request: TTFT <= 1 s and every inter-token gap <= 50 ms
-(--slo-ttft, --slo-itl), the definition minicb.goodput.goodput uses. --slo-tpot adds a target on the mean
+(--slo-ttft, --slo-itl), the definition minicb.stats.goodput.goodput uses. --slo-tpot adds a target on the mean
 gap (TPOT), which is what vLLM's benchmark (`--goodput tpot:MS`) judges, and --slo-e2e one on the whole
 reply; `none` drops a target. A one-token reply has no gap and no TPOT, so it cannot miss those.
 """
@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from tqdm.auto import tqdm
 
-from minicb.goodput import RequestSlo, SloTarget
-from minicb.metrics import latency_summary
+from minicb.lab.workload import make_workload
 from minicb.serve.client_metrics import StreamMetrics
 from minicb.serve.stream_metrics import stream_metrics
-from minicb.workload import make_workload
+from minicb.stats.goodput import RequestSlo, SloTarget
+from minicb.stats.metrics import latency_summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

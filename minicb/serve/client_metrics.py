@@ -1,6 +1,6 @@
 """Latency as a client sees it: TTFT, ITL, TPOT and end-to-end from one request's streamed chunks.
 
-The engine's own numbers (minicb.metrics) start when a request reaches the engine; a user's clock
+The engine's own numbers (minicb.stats.metrics) start when a request reaches the engine; a user's clock
 starts when they send it, so the client's TTFT also holds the network, the HTTP server and any queue
 in front of the engine. Lesson 09 has you write stream_metrics (exercises/lesson09_serving.py; minicb's
 own is in minicb/serve/stream_metrics.py); the benchmark client (minicb.serve.bench_client) takes it as its

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 
 from minicb.checks import is_finite_number, is_int
-from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestOutput
 
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "ignore_eos")
 COMMON_FIELDS = {"model", "stream", "stream_options", "user", *SAMPLING_FIELDS}   # `user` is only an id: ignored

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from minicb.request import RequestOutput
+from minicb.scheduler.request import RequestOutput
 from minicb.serve.async_llm import AsyncLLM
 
 # vLLM's buckets, trimmed: a CPU server's tokens take tens of milliseconds, a GPU's a few.

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from minicb.costs import PreemptionCost
-    from minicb.trace import StepRecord, Trace
+    from minicb.stats.trace import StepRecord, Trace
 
 QUEUE_COLORS = {"waiting": "tab:grey", "running": "tab:blue", "swapped": "tab:orange"}
 # The three kinds of tile in causal_tiles, in the colormap's order.
@@ -23,7 +23,7 @@ TILE_COLORS = ("#e6e6e6", "#ffbf80", "#1f77b4")
 
 def plot_static_sweep(sizes: Sequence[int], sweep: Mapping[str, Sequence[Mapping]]) -> Figure:
     """Seat utilization and output tok/s against the batch size, one line per length distribution.
-    sweep[kind][i] is the summary (minicb.metrics.summarize) of the run with sizes[i] seats."""
+    sweep[kind][i] is the summary (minicb.stats.metrics.summarize) of the run with sizes[i] seats."""
     fig = image_figure(figsize=(10, 3.2), layout="constrained")
     utilization, throughput = fig.subplots(1, 2)
     for kind, summaries in sweep.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from typing import NamedTuple
 
-from minicb.trace import Trace
+from minicb.stats.trace import Trace
 
 # Fixed, in order of first appearance, so the same run is coloured the same way every time.
 # No greys or near-whites: those mean padding, empty seats and free blocks.

@@ -9,7 +9,7 @@ import html
 import json
 from typing import Callable, Sequence
 
-from minicb.trace import Trace
+from minicb.stats.trace import Trace
 from minicb.viz.draw import Cell, rgb, tint, titled
 from minicb.viz.kvblocks import kv_frame
 from minicb.viz.seats import seat_frame

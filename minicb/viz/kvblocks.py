@@ -7,7 +7,7 @@ a cached block no sequence holds (kept until evicted) is drawn in its own grey-b
 """
 from __future__ import annotations
 
-from minicb.trace import Trace
+from minicb.stats.trace import Trace
 from minicb.viz.draw import PALETTE, Cell, color_of, counters, legend, request_colors, svg, svg_grid, titled
 
 FREE_FILL = "#e6e6e6"

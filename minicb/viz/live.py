@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from minicb.trace import StepRecord, Trace
+from minicb.stats.trace import StepRecord, Trace
 from minicb.viz.figures import widget_bundle
 from minicb.viz.seats import render_seats
 

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
-from minicb.hardware import HardwarePreset
+from minicb.lab.hardware import HardwarePreset
 from minicb.parts import EngineParts
 from minicb.viz.figures import image_figure
 from minicb.viz.playground import PlaygroundSettings, playground_run

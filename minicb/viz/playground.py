@@ -22,16 +22,16 @@ from typing import Any, Callable
 
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.goodput import SloTarget, goodput, meets
-from minicb.hardware import PRESETS, HardwarePreset
-from minicb.metrics import summarize
+from minicb.lab.hardware import PRESETS, HardwarePreset
+from minicb.lab.workload import PROLOGUE, WorkloadRequest, arrival_times, bard_prompts, output_lengths
 from minicb.parts import EngineParts
-from minicb.request import CompletionOutput, RequestMetrics, RequestOutput
 from minicb.sampling import SamplingParams
-from minicb.trace import DECODE, PREFILL, Trace
+from minicb.scheduler.request import CompletionOutput, RequestMetrics, RequestOutput
+from minicb.stats.goodput import SloTarget, goodput, meets
+from minicb.stats.metrics import summarize
+from minicb.stats.trace import DECODE, PREFILL, Trace
 from minicb.viz.draw import EMPTY_FILL, PALETTE, darker, svg, text
 from minicb.viz.figures import widget_bundle
-from minicb.workload import PROLOGUE, WorkloadRequest, arrival_times, bard_prompts, output_lengths
 
 MAX_OUTPUT_TOKENS = 256            # the longest reply any length distribution draws
 LONG_PROMPT_TOKENS = (300, 600)    # a long document's prompt length, uniform in this range, as in slo_workload
@@ -101,7 +101,7 @@ def engine_config(s: PlaygroundSettings, preset: HardwarePreset) -> EngineConfig
 
 def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[int]) -> list[RequestOutput]:
     """Feed requests (sorted by arrival) at their arrival times and step until every one has its result.
-    minicb.workload.run_workload does the same without priorities."""
+    minicb.lab.workload.run_workload does the same without priorities."""
     results: dict[str, RequestOutput] = {}
     ids, k = [], 0
     while len(results) < len(requests):
@@ -126,7 +126,7 @@ def serve(engine: LLMEngine, requests: list[WorkloadRequest], priorities: list[i
 class PlaygroundResult:
     settings: PlaygroundSettings
     preset: HardwarePreset
-    summary: dict                   # minicb.metrics.summarize of the run
+    summary: dict                   # minicb.stats.metrics.summarize of the run
     within_slo: int                 # requests served with TTFT and every inter-token gap within the SLO
     goodput_rps: float              # within_slo per second, over the run (first arrival to last result)
     slo_met: bool                   # p99 TTFT and p99 ITL within the targets, few enough rejected

@@ -5,7 +5,7 @@ new requests; the counters say how much of the batch did useful work so far.
 """
 from __future__ import annotations
 
-from minicb.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, Trace
+from minicb.stats.trace import DECODE, EMPTY, IDLE, PAD, PREFILL, Trace
 from minicb.viz.draw import (EMPTY_FILL, PAD_COLOR, PALETTE, Cell, color_of, counters, darker, legend,
                              request_colors, step_axis, svg, svg_grid, text, titled)
 

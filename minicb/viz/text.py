@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 
-from minicb.trace import DECODE, IDLE, PAD, PREFILL, Trace
+from minicb.stats.trace import DECODE, IDLE, PAD, PREFILL, Trace
 
 LETTERS = string.ascii_lowercase
 

@@ -9,8 +9,8 @@ import html
 from bisect import bisect_left
 from typing import Sequence
 
-from minicb.request import RequestOutput
-from minicb.trace import DECODE, IDLE, PAD, PREFILL, Trace
+from minicb.scheduler.request import RequestOutput
+from minicb.stats.trace import DECODE, IDLE, PAD, PREFILL, Trace
 from minicb.viz.draw import (PAD_COLOR, PALETTE, Cell, color_of, darker, legend, request_colors, step_axis, svg,
                              svg_grid, text, titled)
 from minicb.viz.figures import image_figure

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from minicb.trace import Trace
+from minicb.stats.trace import Trace
 from minicb.viz import export
 from minicb.viz.figures import widget_bundle
 from minicb.viz.kvblocks import kv_frame, render_kv_blocks

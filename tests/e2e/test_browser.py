@@ -371,7 +371,7 @@ def wait_for_new_figures(page: Page, metric: str, old: float) -> None:
 
 
 def test_playground_reruns_when_a_control_moves(lab, browser):
-    from minicb.hardware import PRESETS
+    from minicb.lab.hardware import PRESETS
     from minicb.viz import PlaygroundSettings, playground_run
 
     notebook = write_notebook(BUILD / "playground.ipynb",
@@ -426,9 +426,9 @@ def test_figures_show_as_pictures(lab, browser):
     notebook, not "<Figure size 550x340 with 1 Axes>"."""
     notebook = write_notebook(BUILD / "figures.ipynb", "\n".join([
         "from minicb import LLMEngine",
-        "from minicb.hardware import PRESETS",
+        "from minicb.lab.hardware import PRESETS",
         "from minicb.viz import PlaygroundSettings, latency_cdf, load_curve, plot_load_curve",
-        "from minicb.workload import make_workload, run_workload",
+        "from minicb.lab.workload import make_workload, run_workload",
         "engine = LLMEngine(device='cpu', simulate=True, max_num_seqs=8)",
         "display(latency_cdf(run_workload(engine, make_workload(24, seed=0), progress=False), labels=['sim']))",
         "cpu = next(iter(PRESETS.values()))",

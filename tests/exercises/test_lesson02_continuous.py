@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.parts import EngineParts
-from minicb.request import RequestView
 from minicb.sampling import SamplingParams
 from minicb.scheduler.plan import StepState
 from minicb.scheduler.plan_check import PlanError, check_plan
 from minicb.scheduler.preemption import choose_victim
+from minicb.scheduler.request import RequestView
 
 mine = course.lesson("lesson02_continuous")
 PRESSURE = [(4, 9, 0), (5, 3, 0), (7, 14, 0), (3, 6, 0), (6, 11, 0), (2, 2, 0), (4, 8, 0)]

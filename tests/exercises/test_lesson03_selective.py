@@ -15,13 +15,13 @@ from grading import obeying
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import minicb.batch_builder
+import minicb.runner.batch_builder
 from minicb import course
 from minicb.attention.metadata import AttentionMetadata
-from minicb.batch import FlatBatch, SequenceChunk
-from minicb.batch_builder import build_flat_batch as minicb_build_flat_batch
 from minicb.llm import LLM
 from minicb.parts import EngineParts
+from minicb.runner.batch import FlatBatch, SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch as minicb_build_flat_batch
 from minicb.sampling import SamplingParams
 
 mine = course.lesson("lesson03_selective")
@@ -239,7 +239,7 @@ def check_computes_every_field_itself(module, monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("build_flat_batch must compute the fields itself, not call minicb's")
 
-    monkeypatch.setattr(minicb.batch_builder, "build_flat_batch", refuse)
+    monkeypatch.setattr(minicb.runner.batch_builder, "build_flat_batch", refuse)
     for name, value in list(vars(module).items()):
         if value is minicb_build_flat_batch:
             monkeypatch.setattr(module, name, refuse)

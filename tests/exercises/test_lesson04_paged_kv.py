@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from minicb import course
-from minicb.block_manager import BlockManager
-from minicb.paged_allocator import NoFreeBlocks, PagedAllocator
 from minicb.engine import LLMEngine
+from minicb.kv.block_manager import BlockManager
+from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
 

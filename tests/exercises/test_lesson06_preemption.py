@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.costs import PreemptionCost
-from minicb.parts import EngineParts
-from minicb.request import RequestView
 from minicb.course.victims import TAIL_BOUND, TAIL_SHARE, TARGET, compare_victim_policies
+from minicb.parts import EngineParts
+from minicb.scheduler.request import RequestView
 
 mine = course.lesson("lesson06_preemption")
 PRESSURE = [(4, 12, 0), (5, 9, 1), (7, 14, 0), (3, 6, 1), (6, 11, 0), (4, 8, 1)]

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.config import EngineConfig
-from minicb.goodput import SloTarget
-from minicb.parts import EngineParts
 from minicb.course.slo import SloReport, grade_slo
+from minicb.parts import EngineParts
 from minicb.scheduler.chunking import chunk_size as minicb_chunk_size
+from minicb.stats.goodput import SloTarget
 
 mine = course.lesson("lesson07_slo")
 

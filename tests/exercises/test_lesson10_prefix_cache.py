@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb import course
+from minicb.kv.eviction import CachedBlock, hot_and_cold_prompts
 from minicb.llm import LLM
 from minicb.parts import EngineParts
-from minicb.eviction import CachedBlock, hot_and_cold_prompts
 from minicb.sampling import SamplingParams
 
 mine = course.lesson("lesson10_prefix_cache")

@@ -9,7 +9,7 @@ import pytest
 from grading import imported_instead_of_written, reference_lesson
 
 from minicb import course
-from minicb.paged_allocator import PagedAllocator
+from minicb.kv.paged_allocator import PagedAllocator
 from minicb.scheduler.preemption import choose_victim, should_swap
 from minicb.serve.stream_metrics import stream_metrics
 
@@ -37,7 +37,7 @@ written_here.__module__ = "exercises.lesson06_preemption"
     ((6, 1), lesson_module("lesson06_preemption", choose_victim=written_here, should_swap=should_swap),
      "minicb.scheduler.preemption"),
     ((9, 1), lesson_module("lesson09_serving", stream_metrics=stream_metrics), "minicb.serve.stream_metrics"),
-    ((4, 1), lesson_module("lesson04_paged_kv", PagedAllocator=PagedAllocator), "minicb.paged_allocator"),
+    ((4, 1), lesson_module("lesson04_paged_kv", PagedAllocator=PagedAllocator), "minicb.kv.paged_allocator"),
 ])
 def test_a_function_imported_under_the_tasks_name_is_refused_by_where_it_came_from(task, module, origin):
     problem = imported_instead_of_written(TASKS[task], module)

@@ -9,8 +9,8 @@ import types
 import pytest
 from _pytest.outcomes import Failed
 
-from minicb.batch import FlatBatch, SequenceChunk
-from minicb.batch_builder import build_flat_batch
+from minicb.runner.batch import FlatBatch, SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 
 from test_lesson03_selective import (
     LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_computes_every_field_itself, check_engine_outcome,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
+from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
 
 from test_lesson04_paged_kv import (ENGINES, WHOLE, check_allocate_contract, check_append_contract, check_contract,
                                     check_free_contract, graded, serve_and_check, serve_with_prefix_caching)

@@ -15,9 +15,9 @@ from test_lesson10_prefix_cache import (
     check_the_parent_counts)
 
 from minicb import course
+from minicb.kv.eviction import least_recently_used
+from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.parts import EngineParts
-from minicb.eviction import least_recently_used
-from minicb.prefix_cache import block_hashes, longest_cached_prefix
 
 reference_eviction = course.lesson("lesson10_prefix_cache", "solutions").choose_eviction
 

@@ -139,7 +139,7 @@ class RequestView:
 
     @property
     def rank(self) -> tuple[int, float, int]:
-        """Serving order, as minicb.request.rank: lower priority value first, then earlier arrival."""
+        """Serving order, as minicb.scheduler.request.rank: lower priority value first, then earlier arrival."""
         return self.priority, self.arrival_time, self.arrival_index
 
 

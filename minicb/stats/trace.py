@@ -16,9 +16,9 @@ import heapq
 import json
 from dataclasses import asdict, dataclass, field
 
-from minicb.block_manager import BlockUsage
-from minicb.request import Request
+from minicb.kv.block_manager import BlockUsage
 from minicb.scheduler.output import SchedulerOutput
+from minicb.scheduler.request import Request
 
 PREFILL, DECODE = "prefill", "decode"   # useful work
 IDLE = "idle"     # finished, still holding its seat (static batching)

@@ -2,7 +2,7 @@
 holds, minicb's default policy, and the prompts a policy is measured on.
 
 With prefix caching, a block full of computed tokens keeps its K/V after its last holder frees it, in case a
-later prompt begins the same way (minicb/prefix_cache.py names it). When allocation runs short, one such
+later prompt begins the same way (minicb/kv/prefix_cache.py names it). When allocation runs short, one such
 block loses its name and is handed out again: the policy chooses which, the block manager does the rest.
 """
 from __future__ import annotations

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minicb.batch import SequenceChunk
-from minicb.batch_builder import build_flat_batch
+from minicb.runner.batch import SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 
 NEAR_TIE_BOUND = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 0.25}
 

@@ -1,14 +1,14 @@
 """build_flat_batch: the step's sequence chunks as one flat batch of T tokens (lesson 03's reference).
 
 Linear layers run on all T rows at once; attention reads from the AttentionMetadata which rows belong to
-which sequence and which cache slots hold their K/V. The types are in minicb/batch.py.
+which sequence and which cache slots hold their K/V. The types are in minicb/runner/batch.py.
 """
 from __future__ import annotations
 
 import torch
 
 from minicb.attention.metadata import AttentionMetadata
-from minicb.batch import FlatBatch, SequenceChunk
+from minicb.runner.batch import FlatBatch, SequenceChunk
 
 
 def build_flat_batch(chunks: list[SequenceChunk], block_size: int,

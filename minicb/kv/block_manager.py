@@ -2,7 +2,7 @@
 
 The cache is a pool of fixed-size blocks (block_size token slots each). A sequence holds a block
 table, the list of its blocks in order; token i of the sequence lives in slot i % block_size of
-block table[i // block_size]. PagedAllocator (lesson 04, minicb/paged_allocator.py) hands blocks out
+block table[i // block_size]. PagedAllocator (lesson 04, minicb/kv/paged_allocator.py) hands blocks out
 and takes them back; BlockManager is the scheduler's view over one allocator: how much to reserve,
 truncation, swapping and inspection. Two ways to reserve, which lesson 04 compares:
 
@@ -14,7 +14,7 @@ truncation, swapping and inspection. Two ways to reserve, which lesson 04 compar
 A second, smaller pool in CPU memory takes the blocks of sequences that are swapped out under
 memory pressure (lesson 06); swap_out/swap_in return the (from, to) block pairs the runner copies.
 
-With prefix caching (EngineConfig.enable_prefix_caching, minicb/prefix_cache.py), a block full of
+With prefix caching (EngineConfig.enable_prefix_caching, minicb/kv/prefix_cache.py), a block full of
 computed tokens gets a name, the chain hash of the prefix it ends, and a later sequence with the same
 prefix starts its table with it: a block may then be in several tables, its ref count saying how
 many. A cached block that no table holds is kept, in an LRU, until allocation runs short: the free
@@ -22,7 +22,7 @@ list holds only unnamed blocks, so they go first, and then the least recently us
 evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
 BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
 is ever named and all of this stays empty. Which cached block goes first is a policy (lesson 10,
-task 2: choose_eviction, minicb/eviction.py); without one, the LRU's order decides.
+task 2: choose_eviction, minicb/kv/eviction.py); without one, the LRU's order decides.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from minicb.eviction import CachedBlock
-from minicb.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
-from minicb.prefix_cache import block_hashes
+from minicb.kv.eviction import CachedBlock
+from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
+from minicb.kv.prefix_cache import block_hashes
 
 
 @dataclass(frozen=True)

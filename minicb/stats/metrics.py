@@ -1,8 +1,8 @@
 """Latency and throughput from a run: per request (TTFT, TPOT, ITL, end-to-end, queue) and in aggregate."""
 from __future__ import annotations
 
-from minicb.request import RequestOutput
-from minicb.trace import Trace
+from minicb.scheduler.request import RequestOutput
+from minicb.stats.trace import Trace
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from minicb.model.loader import BARD_PATH
-from minicb.request import RequestOutput
 from minicb.sampling import SamplingParams
+from minicb.scheduler.request import RequestOutput
 
 CORPUS_MEDIAN, CORPUS_P90 = 23, 109
 

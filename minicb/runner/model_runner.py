@@ -10,13 +10,13 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from minicb.attention import select_backend
-from minicb.batch import FlatBatch, SequenceChunk
-from minicb.batch_builder import build_flat_batch
 from minicb.config import EngineConfig
 from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.compiled import CompiledModel
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
+from minicb.runner.batch import FlatBatch, SequenceChunk
+from minicb.runner.batch_builder import build_flat_batch
 from minicb.sampling import SamplingParams, sample
 
 # How each row of a step is sampled: the request's parameters and its own generator, in the batch's row order.

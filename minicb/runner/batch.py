@@ -1,5 +1,5 @@
 """FlatBatch: the scheduler's decision for one step, as the tensors the model runs on (lesson 03);
-build_flat_batch in minicb/batch_builder.py makes one from the step's SequenceChunks.
+build_flat_batch in minicb/runner/batch_builder.py makes one from the step's SequenceChunks.
 
 Every sequence contributes a chunk of new tokens: a whole prompt (prefill), part of one (chunked
 prefill), or one token (decode). The chunks are concatenated into one flat batch of T tokens;

@@ -1,6 +1,6 @@
 """PagedAllocator: the pool's ledger (lesson 04's reference). Device blocks go to sequences from a free list
 only as their tokens need them, and come back when no sequence holds them; a second, smaller CPU pool takes
-the blocks of swapped-out sequences (lesson 06). BlockManager (minicb/block_manager.py) decides how much to
+the blocks of swapped-out sequences (lesson 06). BlockManager (minicb/kv/block_manager.py) decides how much to
 reserve, swaps, shares prefixes and inspects, over this allocator or a learner's with the same state.
 """
 from __future__ import annotations

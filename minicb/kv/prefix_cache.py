@@ -11,7 +11,7 @@ hashes mean two equal prefixes, all of it and not only the last block. sha256 ma
 different prefixes with one hash, whose K/V would be mixed up) negligible: about 2**-128 for any
 pair even among billions of blocks.
 
-Which cached block goes when the pool runs short is minicb/eviction.py's.
+Which cached block goes when the pool runs short is minicb/kv/eviction.py's.
 """
 from __future__ import annotations
 

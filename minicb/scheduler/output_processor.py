@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from minicb.detokenize import new_text
-from minicb.request import Request, RequestStatus
 from minicb.sampling import find_stop
+from minicb.scheduler.detokenize import new_text
+from minicb.scheduler.request import Request, RequestStatus
 
 
 class OutputProcessor:

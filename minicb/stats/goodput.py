@@ -13,7 +13,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from minicb.request import RequestOutput
+from minicb.scheduler.request import RequestOutput
 
 
 def _duration(seconds: float) -> str:
@@ -77,7 +77,7 @@ def goodput(outputs: list[RequestOutput], slo: RequestSlo | SloTarget) -> tuple[
 
 
 def meets(summary: dict, target: SloTarget) -> bool:
-    """The verdict on a run's summary (minicb.metrics.summarize): p99 TTFT and p99 ITL within the
+    """The verdict on a run's summary (minicb.stats.metrics.summarize): p99 TTFT and p99 ITL within the
     targets, and no more than the allowed share turned away."""
     rejected = summary["requests"] - summary["served"]
     return (summary["ttft"]["p99"] <= target.ttft_p99_s and summary["itl"]["p99"] <= target.itl_p99_s

@@ -5,7 +5,7 @@ scheduling, block management and batch building is shared with real runs. Two th
 the time a step takes comes from a cost model, and the next token comes from a deterministic
 stand-in (never EOS: a length is set by max_tokens, or by stop_token_ids where a request has them).
 Lessons use it to run thousands of requests in seconds, with exact and repeatable numbers. The
-cost model may price another model on other hardware (minicb.hardware's presets): the prompts,
+cost model may price another model on other hardware (minicb.lab.hardware's presets): the prompts,
 tokens and vocabulary stay Bard's, and only the clock changes.
 
 The stand-in still honours the KV cache's contract. Its "cache" holds the token id written into
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from minicb.batch import FlatBatch
 from minicb.costs import CostModel, StepCost
 from minicb.model.config import read_model_config
 from minicb.model.loader import resolve_model_path
-from minicb.runner import RowSampling, load_tokenizer
+from minicb.runner.batch import FlatBatch
+from minicb.runner.model_runner import RowSampling, load_tokenizer
 
 
 class SimulatedRunner:

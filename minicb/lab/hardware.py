@@ -22,10 +22,10 @@ import torch
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost
 from minicb.engine import LLMEngine
+from minicb.lab.workload import WorkloadRequest
 from minicb.model.config import ModelConfig, read_model_config
 from minicb.model.loader import BARD_PATH
 from minicb.parts import EngineParts
-from minicb.workload import WorkloadRequest
 
 GB = 1e9   # datasheets count memory and bandwidth in powers of ten
 

@@ -12,9 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 from minicb import LLM
-from minicb.costs import fit_step_cost
+from minicb.costs import StepCost
 from minicb.lab.workload import make_workload, run_workload
+
+
+def fit_step_cost(steps: list[dict]) -> StepCost:
+    """Least-squares fit of StepCost to real steps (trace rows with duration, num_tokens, context_tokens)."""
+    x = torch.tensor([[1.0, s["num_tokens"], s["context_tokens"]] for s in steps], dtype=torch.float64)
+    y = torch.tensor([s["duration"] for s in steps], dtype=torch.float64)
+    coef = torch.linalg.lstsq(x, y[:, None]).solution[:, 0].clamp(min=0).tolist()
+    return StepCost(*coef)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from minicb import LLMEngine, SamplingParams
+from minicb.lab.preemption_ranges import describe, ranges
 from minicb.lab.workload import WorkloadRequest, bard_prompts, make_workload, run_workload
 from minicb.runner.model_runner import measure_preemption_cost
 from minicb.scheduler.request import RequestOutput
@@ -53,8 +54,8 @@ def recompute_vs_swap() -> None:
     table = {t: (cost.recompute_s(t), cost.swap_s(t)) for t in (16, 64, 256, 1024)}
     for t, (rec, swap) in table.items():
         print(f"   context {t:5d}: recompute {rec * 1e3:8.3f} ms   swap (out + in) {swap * 1e3:8.3f} ms")
-    print(f"   the cheaper way back, by context length: {cost.describe()}")
-    RESULTS["recompute_vs_swap"] = {"cost_model": cost.__dict__, "ranges": cost.ranges(),
+    print(f"   the cheaper way back, by context length: {describe(cost)}")
+    RESULTS["recompute_vs_swap"] = {"cost_model": cost.__dict__, "ranges": ranges(cost),
                                     "ms": {t: [round(r * 1e3, 3), round(s * 1e3, 3)] for t, (r, s) in table.items()}}
 
 

@@ -5,7 +5,7 @@ Task 1  plan_step   pytest tests/exercises -k lesson02_task1
 
 ContinuousScheduler.schedule (minicb/scheduler/continuous.py) asks plan_step for every step, in every
 configuration, and applies the plan; `course.llm(lesson=2)` plugs yours in. If your plan breaks the
-contract, the scheduler refuses it with the rule it breaks and the case, in words.
+contract, the course refuses it with the rule it breaks and the case, in words.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def plan_step(state: StepState) -> StepPlan:
     to start, freed by a victim), ask lesson 07's chunk decision how many tokens a request may run with a
     given budget left, and ask lesson 06's choose_victim who gives way among some running requests.
 
-    The contract (the scheduler checks each rule, and names the one a plan breaks with the plan it gives):
+    The contract (the course checks each rule, and names the one a plan breaks with the plan it gives):
     - limits: the step runs at most state.token_budget tokens (one request running alone may run more, if
       its chunk gives it more), starts at most state.free_seats requests, and takes no more blocks than
       the pool has, with what its victims give back;

@@ -24,7 +24,7 @@ def choose_victim(running: tuple[RequestView, ...]) -> str:
     num_output_tokens, num_computed_tokens, max_tokens, and .rank, the serving order: (priority,
     arrival_time, arrival_index), smallest first.
 
-    The contract (the scheduler checks each rule every time it asks, and the tests on random cases):
+    The contract (the course checks each rule every time the scheduler asks, and the tests on random cases):
     - it returns the request_id of one of `running`;
     - the victim is never more urgent than another running request: no running request has a larger
       priority value than the victim's;

@@ -8,5 +8,5 @@ from minicb.sampling import SamplingParams
 from minicb.scheduler.request import CompletionOutput, RequestOutput, RequestStatus
 
 __version__ = "0.1.0"
-__all__ = ["BARD_PATH", "CompletionOutput", "EngineConfig", "LLM", "LLMEngine", "ModelRunner", "RequestOutput",
-           "RequestStatus", "SamplingParams", "load_model"]
+__all__ = ["BARD_PATH", "CompletionOutput", "EngineConfig", "LLM", "LLMEngine", "ModelRunner",
+           "RequestOutput", "RequestStatus", "SamplingParams", "load_model"]

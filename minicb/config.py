@@ -12,7 +12,8 @@ from minicb.costs import CostModel, PreemptionCost
 
 
 CHOICES = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-           "attn_backend": ("torch", "torch-loop", "triton"), "schedule_priority": ("decode_first", "prefill_first"),
+           "attn_backend": ("torch", "torch-loop", "triton"),
+           "schedule_priority": ("decode_first", "prefill_first"),
            "scheduling_policy": ("fcfs", "priority"), "preemption_mode": ("recompute", "swap", "auto")}
 
 
@@ -21,58 +22,68 @@ class EngineConfig:
     # What to serve, and on what. Left unset (None), each comes from its environment variable when that is set
     # and not empty, so one switch moves every lesson to another model or device (README: "Run the course on a
     # real model on a GPU"); a value passed here always wins. After __post_init__ they hold what was chosen.
-    model: str | None = None            # a local HF folder or a hub id ("Qwen/Qwen3-0.6B"); None: $MINICB_MODEL,
-    #                                     else the shipped Bard model
-    device: str | None = None           # "cpu", "cuda", or "auto" (the GPU when torch sees one); None: $MINICB_DEVICE,
-    #                                     else "auto"
-    dtype: str | None = None            # "float32", "bfloat16", "float16" or "auto"; None: $MINICB_DTYPE, else
-    #                                     "auto" (fp32 on the CPU, bf16 or fp16 on a GPU)
+    model: str | None = None            # a local HF folder or a hub id ("Qwen/Qwen3-0.6B"); None:
+    #                                     $MINICB_MODEL, else the shipped Bard model
+    device: str | None = None           # "cpu", "cuda", or "auto" (the GPU when torch sees one); None:
+    #                                     $MINICB_DEVICE, else "auto"
+    dtype: str | None = None            # "float32", "bfloat16", "float16" or "auto"; None: $MINICB_DTYPE,
+    #                                     else "auto" (fp32 on the CPU, bf16 or fp16 on a GPU)
 
     # How to batch: the subject of lessons 01 and 02.
-    batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs to its
-    #                                     end; "padded": static on a dense padded batch, computing the pads
+    batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs
+    #                                     to its end; "padded": static on a dense batch, computing the pads
     max_num_seqs: int = 32              # sequences in one step: the batch's seats
     max_num_batched_tokens: int | None = None  # tokens in one step: caps the cost of a step full of prefills.
-    #                                     None: 2048 with chunked prefill; without, at least max_model_len, so that
-    #                                     a prompt of any length the engine allows fits one step (vLLM V0's rule)
+    #                                     None: 2048 with chunked prefill; without, at least max_model_len, so
+    #                                     that a prompt of any allowed length fits one step (vLLM V0's rule)
     max_model_len: int | None = None    # prompt + output per request; None: what the model supports
 
     # Prefill against decode: lesson 07.
     enable_chunked_prefill: bool = False  # split long prompts across steps so running decodes keep flowing
-    long_prefill_token_threshold: int = 0  # with chunking, the most prompt tokens one request gets per step; 0: all
+    long_prefill_token_threshold: int = 0  # with chunking, most prompt tokens per request per step (0: all)
     schedule_priority: str = "decode_first"  # or "prefill_first": who gets the step's token budget first
 
     # Who goes first, and who is turned away: lesson 07.
-    scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt less urgent ones
+    scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt others
     max_waiting: int | None = None      # waiting requests the next step cannot start (seats, token budget, KV
     #                                     blocks), beyond which new requests are REJECTED at once; 0: none may
     max_queue_delay_s: float | None = None  # a request still unscheduled after this long is REJECTED
 
     # Preemption when KV blocks run out: lesson 06.
-    preemption_mode: str = "recompute"  # drop KV and prefill again; "swap": copy KV to CPU and back; "auto": cheaper
+    preemption_mode: str = "recompute"  # drop KV and prefill again; "swap": copy KV to CPU and back; "auto":
+    #                                     cheaper
     swap_space_mb: float = 64.0         # the CPU swap pool for "swap"/"auto"; when full, recompute instead
-    preemption_cost: PreemptionCost | None = None  # "auto"'s cost model; None: measured on this device at start
+    preemption_cost: PreemptionCost | None = None  # "auto"'s cost model; None: measured on this device at
+    #                                     start
 
     # The KV cache: lesson 04.
-    block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table entries
+    block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table
+    #                                     entries
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
     kv_cache_memory_mb: float = 256.0   # the KV budget when num_blocks is None
-    kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before paging
-    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt's prefix computed before (vLLM's knob).
-    #                                     Off by default, so the earlier lessons' figures stay what they are
+    kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before
+    #                                     paging
+    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt's prefix computed before (vLLM's
+    #                                     knob). Off by default, so the earlier lessons' figures stay what
+    #                                     they are
 
     simulate: bool = False              # price each step with a cost model instead of running the network
-    step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this CPU)
-    #                                     or a GPU preset's RooflineCost from minicb.lab.hardware
+    step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this
+    #                                     CPU) or a GPU preset's RooflineCost from minicb.lab.hardware
     attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
-    #                                     sequence; "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
-    compile: bool = False               # torch.compile the forward (attention stays eager): fewer, fused ops per
-    #                                     step, after a compile of tens of seconds; pays in long runs, not lessons
-    trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget); O(blocks)
-    trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory stays
-    #                                     flat; 0: no trace at all; None: keep every step
-    check_kv_invariants: bool = False   # check the KV pool's rules after every step (lessons, tests); O(blocks)
-    seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable runs
+    #                                     sequence; "triton": minicb_kernels (GPU, or CPU with
+    #                                     TRITON_INTERPRET=1)
+    compile: bool = False               # torch.compile the forward (attention stays eager): fewer, fused ops
+    #                                     per step, after a compile of tens of seconds; pays in long runs, not
+    #                                     lessons
+    trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget);
+    #                                     O(blocks)
+    trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory
+    #                                     stays flat; 0: no trace at all; None: keep every step
+    check_kv_invariants: bool = False   # check the KV pool's rules after every step (lessons, tests);
+    #                                     O(blocks)
+    seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable
+    #                                     runs
 
     def __post_init__(self) -> None:
         self.model = from_environment("model", self.model)
@@ -80,7 +91,8 @@ class EngineConfig:
         self.dtype = from_environment("dtype", self.dtype)
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is unknown; "
+                                 f"use one of {allowed}")
 
         def check(name: str, valid: Callable[[Any], bool], fix: str) -> None:
             value = getattr(self, name)
@@ -94,7 +106,8 @@ class EngineConfig:
         check("num_blocks", lambda v: v is None or (is_int(v) and v >= 1), "use an integer >= 1 or None")
         check("max_model_len", lambda v: v is None or (is_int(v) and v >= 2),
               "use an integer >= 2 or None (None: what the model supports)")
-        check("long_prefill_token_threshold", lambda v: is_int(v) and v >= 0, "use an integer >= 0 (0 = no cap)")
+        check("long_prefill_token_threshold", lambda v: is_int(v) and v >= 0,
+              "use an integer >= 0 (0 = no cap)")
         check("max_waiting", lambda v: v is None or (is_int(v) and v >= 0), "use an integer >= 0 or None")
         check("trace_max_steps", lambda v: v is None or (is_int(v) and v >= 0),
               "use an integer >= 0 (0 turns the trace off) or None (keep every step)")
@@ -102,20 +115,22 @@ class EngineConfig:
               "use a finite number of seconds > 0 or None")
         check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
         check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "compile", "trace_kv_blocks",
-                     "check_kv_invariants"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "compile",
+                     "trace_kv_blocks", "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
         check("step_cost", lambda v: v is None or isinstance(v, CostModel),
-              "use None, a minicb.costs.StepCost or a preset's cost (minicb.lab.hardware.PRESETS[name].step_cost)")
+              "use None, a minicb.costs.StepCost or a preset's cost "
+              "(minicb.lab.hardware.PRESETS[name].step_cost)")
         if self.batching != "continuous" and (self.enable_chunked_prefill or self.scheduling_policy != "fcfs"
                                               or self.preemption_mode != "recompute"):
-            raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', not "
-                             f"{self.batching!r}: a static batch runs whole prompts, first come first served")
+            raise ValueError(f"chunked prefill, the priority policy and swapping need batching='continuous', "
+                             f"not {self.batching!r}: a static batch runs whole prompts, first come first "
+                             "served")
         if self.enable_prefix_caching and (self.batching != "continuous" or self.kv_reservation != "paged"):
-            raise ValueError(f"enable_prefix_caching needs batching='continuous' and kv_reservation='paged', not "
-                             f"{self.batching!r} and {self.kv_reservation!r}: a cached prefix is shared block by "
-                             "block, as paged continuous batching hands them out")
+            raise ValueError(f"enable_prefix_caching needs batching='continuous' and kv_reservation='paged', "
+                             f"not {self.batching!r} and {self.kv_reservation!r}: a cached prefix is shared "
+                             "block by block, as paged continuous batching hands them out")
 
 
     @property
@@ -124,17 +139,20 @@ class EngineConfig:
         return "num_blocks" if self.num_blocks else "kv_cache_memory_mb"
 
     def token_budget(self, max_model_len: int) -> int:
-        """max_num_batched_tokens, or its default for an engine that serves max_model_len tokens per sequence."""
+        """max_num_batched_tokens, or its default for an engine that serves max_model_len tokens per
+        sequence."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
-        return DEFAULT_TOKEN_BUDGET if self.enable_chunked_prefill else max(DEFAULT_TOKEN_BUDGET, max_model_len)
+        return (DEFAULT_TOKEN_BUDGET if self.enable_chunked_prefill
+                else max(DEFAULT_TOKEN_BUDGET, max_model_len))
 
 
 DEFAULT_TOKEN_BUDGET = 2048   # vLLM's default max_num_batched_tokens with chunked prefill
 
 
 # The one place minicb reads these variables: field -> (variable, value when neither is given).
-ENVIRONMENT = {"model": ("MINICB_MODEL", None), "device": ("MINICB_DEVICE", "auto"), "dtype": ("MINICB_DTYPE", None)}
+ENVIRONMENT = {"model": ("MINICB_MODEL", None), "device": ("MINICB_DEVICE", "auto"),
+               "dtype": ("MINICB_DTYPE", None)}
 
 
 def from_environment(field: str, value: Any) -> Any:

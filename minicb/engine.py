@@ -2,7 +2,8 @@
 
 One engine step, as data:
 
-    scheduler.schedule()               -> SchedulerOutput   which requests run, how many tokens each (plain data)
+    scheduler.schedule()               -> SchedulerOutput   which requests run, how many tokens each
+                                                            (plain data)
     build_flat_batch(chunks)           -> FlatBatch         the flat tensors the model runs on
     runner.execute(batch, sampling)    -> one token per request that reached its last known token
     scheduler.update_from_output       -> progress recorded; finished requests leave (continuous: at once)
@@ -47,15 +48,17 @@ class PoolTooSmallWarning(UserWarning):
 def fit_max_model_len(config: EngineConfig, model_limit: int, pool_tokens: int) -> tuple[int, str]:
     """max_model_len, and the fix to name for a prompt over it. Unset, it is the model's limit, capped, as
     vLLM caps it, to what a pool sized from kv_cache_memory_mb holds, so that every length it allows can
-    be served. An explicit num_blocks is a pool chosen on purpose (the lessons shrink it): no cap, a warning."""
+    be served. An explicit num_blocks is a pool chosen on purpose (the lessons shrink it): no cap,
+    a warning."""
     if config.max_model_len is not None:
         if config.max_model_len > model_limit:
-            raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds the model's {model_limit}")
+            raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds the model's "
+                             f"{model_limit}")
         return config.max_model_len, "shorten the prompt"
     if config.num_blocks is None and 2 <= pool_tokens < model_limit:
-        return pool_tokens, (f"shorten the prompt, or raise kv_cache_memory_mb={config.kv_cache_memory_mb:g}: the "
-                             f"model allows {model_limit} tokens, but max_model_len is capped to the {pool_tokens} "
-                             "its KV pool holds")
+        return pool_tokens, ("shorten the prompt, or raise kv_cache_memory_mb="
+                             f"{config.kv_cache_memory_mb:g}: the model allows {model_limit} tokens, but "
+                             f"max_model_len is capped to the {pool_tokens} its KV pool holds")
     return model_limit, "shorten the prompt"
 
 
@@ -80,7 +83,8 @@ class LLMEngine:
         model_config = read_model_config(model_path)
         block_bytes = model_config.kv_bytes_per_block(c.block_size, dtype)
         num_blocks = c.num_blocks or max(1, int(c.kv_cache_memory_mb * 2**20 // block_bytes))
-        num_swap_blocks = 0 if c.preemption_mode == "recompute" else int(c.swap_space_mb * 2**20 // block_bytes)
+        num_swap_blocks = 0 if c.preemption_mode == "recompute" else int(
+            c.swap_space_mb * 2**20 // block_bytes)
         pool_tokens = num_blocks * c.block_size
         self.max_model_len, self._too_long_fix = fit_max_model_len(c, model_config.max_model_len, pool_tokens)
         if c.max_num_batched_tokens is None:
@@ -91,23 +95,25 @@ class LLMEngine:
         else:
             self.runner = ModelRunner(model_path, device=device, dtype=dtype, num_blocks=num_blocks,
                                       block_size=c.block_size, attn_backend=c.attn_backend,
-                                      num_swap_blocks=num_swap_blocks, decode_attention=parts.paged_decode_attention,
-                                      compile=c.compile)
+                                      num_swap_blocks=num_swap_blocks,
+                                      decode_attention=parts.paged_decode_attention, compile=c.compile)
         self.tokenizer = self.runner.tokenizer
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".
         self.max_seq_tokens = max_seq_tokens = min(self.max_model_len, pool_tokens)
         if max_seq_tokens < self.max_model_len:
-            warnings.warn(f"the KV pool holds {max_seq_tokens} tokens ({num_blocks} blocks of {c.block_size}), "
-                          f"less than one sequence of max_model_len={self.max_model_len}: longer requests stop "
-                          f"early with finish_reason 'length'. Raise {c.pool_knob}, or set max_model_len <= "
+            warnings.warn(f"the KV pool holds {max_seq_tokens} tokens ({num_blocks} blocks of "
+                          f"{c.block_size}), less than one sequence of max_model_len={self.max_model_len}: "
+                          "longer requests stop early with finish_reason 'length'. "
+                          f"Raise {c.pool_knob}, or set max_model_len <= "
                           f"{max_seq_tokens}", PoolTooSmallWarning, stacklevel=stacklevel_outside_minicb())
         kv = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len, num_swap_blocks,
                           allocator=parts.allocator, choose_eviction=parts.choose_eviction,
-                          name_blocks=parts.block_hashes)
+                          block_hashes=parts.block_hashes)
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         outputs = OutputProcessor(self.tokenizer, self.runner.config.eos_token_ids, self.max_model_len,
                                   max_seq_tokens, detokenize=not c.simulate)
-        self.scheduler = build_scheduler(c, kv, parts, outputs, self.runner.clock, preemption_cost_for(c, self.runner))
+        self.scheduler = build_scheduler(c, kv, parts, outputs, self.runner.clock,
+                                         preemption_cost_for(c, self.runner))
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
@@ -115,8 +121,7 @@ class LLMEngine:
         # changes the queues while the step reads them, and never waits out a long forward either.
         self.bookkeeping = threading.Lock()
         self._next_id = 0
-        self._num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
-        self.num_preemptions = 0   # over the engine's life, for a server's counter (each request counts its own too)
+        self.num_preemptions = 0   # engine lifetime, for a server's counter (each request counts its own too)
         self.clock = self.runner.clock
 
     # --- requests in -------------------------------------------------------------------------
@@ -125,17 +130,20 @@ class LLMEngine:
         return encode_prompt(prompt, self.tokenizer, self.runner.config.vocab_size, self.max_model_len,
                              self.runner.model_path, self._too_long_fix)
 
-    def make_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                     arrival_time: float | None = None, priority: int = 0) -> Request:
+    def make_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                     request_id: str | None = None, arrival_time: float | None = None,
+                     priority: int = 0) -> Request:
         """Validate everything about a request and build it, without queueing it: a caller with many
         requests builds them all first, so one bad request queues none."""
         params = check_params_and_priority(params, priority, self.config.scheduling_policy)
         ids = self.encode(prompt)
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
-        seed = params.seed if params.seed is not None else zlib.crc32(f"{self.config.seed}:{request_id}".encode())
+        seed = params.seed if params.seed is not None else zlib.crc32(
+            f"{self.config.seed}:{request_id}".encode())
         req = Request(request_id, prompt_text(prompt), ids, params, make_generator(seed, self.runner.device),
-                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()), priority=priority)
+                      RequestMetrics(arrival_time if arrival_time is not None else self.clock()),
+                      priority=priority)
         never = self.scheduler.why_never_servable(req)
         if never:   # bad input, not a busy engine: asking again cannot help (a server answers 400, not 503)
             raise ValueError(f"this engine can never serve the request: {never}")
@@ -149,7 +157,6 @@ class LLMEngine:
         """Hand a request from make_request to the scheduler, which queues it or turns it away."""
         if req.request_id in self.requests:
             raise ValueError(f"request id {req.request_id!r} is already in use; give a new one or None")
-        req.arrival_index, self._num_arrivals = self._num_arrivals, self._num_arrivals + 1
         self.requests[req.request_id] = req
         if self.trace.enabled:
             self.trace.arrivals[req.request_id] = req.metrics.arrival_time
@@ -162,8 +169,8 @@ class LLMEngine:
         """reason: what the aborted output's `reason` says, e.g. why a server gave up on the request."""
         req = self.requests.get(request_id)
         if req is None:
-            raise KeyError(f"no request with id {request_id!r} is in the engine (a finished request leaves it "
-                           "once its result is returned)")
+            raise KeyError(f"no request with id {request_id!r} is in the engine (a finished request leaves "
+                           "it once its result is returned)")
         if not req.status.finished:
             self.scheduler.abort(req, reason)
             self._hand_back_later(req)

@@ -19,11 +19,13 @@ class LLM:
 
     def _submit(self, prompts, sampling_params, priority: list[int] | None = None) -> list[str]:
         """Validate every request, then queue them all: a list with one bad request queues none."""
-        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts
+                                                and isinstance(prompts[0], int)):
             prompts = [prompts]
         if not isinstance(prompts, list):
-            raise ValueError(f"prompts must be a string, a dict, or a list of them, not {type(prompts).__name__}; "
-                             "token ids go in a list (a tensor or array: .tolist())")
+            raise ValueError(f"prompts must be a string, a dict, or a list of them, "
+                             f"not {type(prompts).__name__}; token ids go in a list "
+                             "(a tensor or array: .tolist())")
         if not prompts:
             raise ValueError("generate() got an empty list of prompts; pass at least one")
         if not isinstance(sampling_params, list):   # one SamplingParams (or None) for every prompt
@@ -33,7 +35,8 @@ class LLM:
                              "give one, or one per prompt")
         priority = priority if priority is not None else [0] * len(prompts)
         if len(priority) != len(prompts):
-            raise ValueError(f"got {len(prompts)} prompts but {len(priority)} priorities; give one per prompt")
+            raise ValueError(f"got {len(prompts)} prompts but {len(priority)} priorities; "
+                             "give one per prompt")
         engine = self.engine
         requests = [engine.make_request(prompt, params, priority=rank)
                     for prompt, params, rank in zip(prompts, sampling_params, priority)]

@@ -30,8 +30,7 @@ from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
 from minicb.runner.batch import FlatBatch
 from minicb.runner.batch_builder import build_flat_batch
 from minicb.scheduler.chunking import chunk_size
-from minicb.scheduler.plan import StepPlan
-from minicb.scheduler.planner import plan_step
+from minicb.scheduler.plan import StepPlan, plan_step
 from minicb.scheduler.preemption import choose_victim, should_swap
 
 

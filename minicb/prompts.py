@@ -15,8 +15,8 @@ def prompt_of_dict(prompt: dict) -> str | list[int]:
     """vLLM's prompt dicts: {"prompt": text} or {"prompt_token_ids": ids}."""
     keys = set(prompt) & {"prompt", "prompt_token_ids"}
     if len(keys) != 1:
-        raise ValueError(f"a prompt dict needs exactly one of 'prompt' (text) or 'prompt_token_ids', got keys "
-                         f"{sorted(prompt)}")
+        raise ValueError(f"a prompt dict needs exactly one of 'prompt' (text) or 'prompt_token_ids', got "
+                         f"keys {sorted(prompt)}")
     return prompt[keys.pop()]
 
 
@@ -32,9 +32,9 @@ def check_unicode(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise ValueError(f"the prompt is not valid Unicode text: {text[err.start]!r} at index {err.start} is a "
-                         "lone surrogate (undecodable bytes); decode the input with errors='replace', or remove it"
-                         ) from None
+        raise ValueError(f"the prompt is not valid Unicode text: {text[err.start]!r} at index {err.start} "
+                         "is a lone surrogate (undecodable bytes); decode the input with errors='replace', "
+                         "or remove it") from None
 
 
 def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len: int, model_path: Path,
@@ -53,10 +53,12 @@ def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len
     elif isinstance(prompt, list):
         ids = prompt
     else:
-        raise ValueError(f"a prompt of type {type(prompt).__name__} cannot be served; give a string, a list of "
-                         "token ids (a tensor or array: .tolist()), or a dict with 'prompt' or 'prompt_token_ids'")
+        raise ValueError(f"a prompt of type {type(prompt).__name__} cannot be served; give a string, a list "
+                         "of token ids (a tensor or array: .tolist()), or a dict with 'prompt' or "
+                         "'prompt_token_ids'")
     if not ids:
-        example = " (for Bard, a speaker line such as 'ROMEO.\\n')" if Path(model_path).resolve() == BARD_PATH else ""
+        example = (" (for Bard, a speaker line such as 'ROMEO.\\n')"
+                   if Path(model_path).resolve() == BARD_PATH else "")
         raise ValueError(f"the prompt is empty; give at least one token{example}")
     if any(not is_int(t) or not 0 <= t < vocab_size for t in ids):
         raise ValueError(f"prompt token ids must be Python integers in [0, {vocab_size})")

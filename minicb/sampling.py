@@ -64,13 +64,15 @@ class SamplingParams:
             raise bad("stop", "use a string or a list of non-empty strings, such as ['\\n\\n']")
         if is_int(self.stop_token_ids):
             raise bad("stop_token_ids", f"use a list such as [{self.stop_token_ids}]")
-        if not isinstance(self.stop_token_ids, list) or any(not is_int(t) or t < 0 for t in self.stop_token_ids):
+        if not isinstance(self.stop_token_ids, list) or any(not is_int(t) or t < 0
+                                                            for t in self.stop_token_ids):
             raise bad("stop_token_ids", "use a list of token ids (integers >= 0), such as [7]")
         if not isinstance(self.ignore_eos, bool):
             raise bad("ignore_eos", "use True or False")
         if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
             raise bad("seed", "use an integer in the int64 range [-2**63, 2**63 - 1] or None")
-        # As floats from here on: an int as large as 10**20 passed the checks, then overflowed torch.tensor mid-step.
+        # As floats from here on: an int as large as 10**20 passed the checks, then overflowed
+        # torch.tensor mid-step.
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.stop_token_set = frozenset(self.stop_token_ids)   # a token is checked against it at every step
 
@@ -119,7 +121,8 @@ def _sample_alone(logits: torch.Tensor, params: SamplingParams, generator: torch
         return None
 
 
-def _sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int | None]:
+def _sample(logits: torch.Tensor, params: list[SamplingParams],
+            generators: list[torch.Generator]) -> list[int | None]:
     tokens = logits.argmax(-1)
     sampled = torch.isfinite(logits).all(dim=-1)   # (B,)
     if not all(p.greedy for p in params):

@@ -1,5 +1,5 @@
-"""Lesson 02, the reference: minicb's own plan, in minicb/scheduler/planner.py, which
+"""Lesson 02, the reference: minicb's own plan, in minicb/scheduler/plan.py, which
 ContinuousScheduler.schedule asks for every step."""
-from minicb.scheduler.planner import plan_step
+from minicb.scheduler.plan import plan_step
 
 __all__ = ["plan_step"]

@@ -1,6 +1,7 @@
 """Lesson 06, the reference: minicb's own choose_victim and should_swap, in minicb/scheduler/preemption.py,
 and an answer to the design task."""
-from minicb.scheduler.preemption import choose_victim, may_give_way, should_swap
+from minicb.course.contracts import may_give_way
+from minicb.scheduler.preemption import choose_victim, should_swap
 from minicb.scheduler.request import RequestView
 
 __all__ = ["choose_victim", "should_swap", "choose_victim_for_latency"]

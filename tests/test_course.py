@@ -127,7 +127,8 @@ def test_a_stub_is_a_function_whose_first_statement_raises_its_task():
 def test_every_exercise_test_fails_on_the_stubs_with_its_own_task(tmp_path):
     report = tmp_path / "stubs.xml"
     env = {**os.environ, course.IMPL_VARIABLE: "exercises"}
-    subprocess.run([sys.executable, "-m", "pytest", "tests/exercises", "-q", "-p", "no:cacheprovider",
+    # Only the graded tests (test_lessonNN_taskM_...): the grading's own tests check no learner code.
+    subprocess.run([sys.executable, "-m", "pytest", "tests/exercises", "-q", "-p", "no:cacheprovider", "-k", "_task",
                     f"--junitxml={report}"], cwd=course.REPO_ROOT, env=env, capture_output=True, check=False)
     cases = ET.parse(report).getroot().iter("testcase")
     graded = set()
@@ -286,7 +287,12 @@ def fake_course(tmp_path, monkeypatch, fresh_notes):
         spec.loader.exec_module(modules[name])
     monkeypatch.setattr(course, "_module", lambda module, which: modules[module])
     monkeypatch.setattr(course, "EngineParts", fake_parts)
+    # The fake parts answer with tuples no contract allows: the seam's checks (tests/graders) are recorded, not run.
+    monkeypatch.setattr(course, "checked", lambda parts: CHECKED.append(parts) or parts)
     return modules
+
+
+CHECKED: list = []
 
 
 def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
@@ -296,6 +302,7 @@ def test_a_lesson_says_once_which_of_its_parts_are_yours(fake_course, capsys):
         "yet: the reference runs; write it, then: pytest tests/exercises -k lesson06_task1)\n")
     assert parts.choose_victim(1) == ("mine", 1) and parts.should_swap(1) == ("reference", 1)
     assert parts.chunk_size(1) == ("reference", 1)   # lesson 07's stub: replaced, and not a word about it
+    assert CHECKED[-1] is parts   # every part the engine gets is checked against its contract at the seam
     course.parts("exercises", lesson=6)
     course.parts("solutions", lesson=2)   # the reference is nobody's work to report on
     assert capsys.readouterr().out == ""
@@ -365,6 +372,7 @@ def checkout(tmp_path, monkeypatch, fresh_notes):
     monkeypatch.setattr(course, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(course, "_RAN", {})
     monkeypatch.setattr(course, "EngineParts", fake_parts)
+    monkeypatch.setattr(course, "checked", lambda parts: parts)   # as in fake_course
     yield tmp_path / "exercises"
     for name in [n for n in sys.modules if n.partition(".")[0] == "exercises"]:
         del sys.modules[name]   # the fake checkout's; monkeypatch then puts this checkout's back

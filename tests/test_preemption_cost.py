@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb.costs import PreemptionCost
+from minicb.lab.preemption_ranges import crossover_tokens, describe, ranges
 
 INF = math.inf
 
@@ -29,14 +30,14 @@ INF = math.inf
     (PreemptionCost(1.0, 2.0, 0.0, 1.0, 1.0), [(0, 1, "recompute"), (1, INF, "swap")]),
 ])
 def test_ranges_on_constructed_prices(cost, spans):
-    assert cost.ranges() == spans
-    assert cost.crossover_tokens() == (spans[-1][0] if spans[-1][2] == "swap" else INF)
+    assert ranges(cost) == spans
+    assert crossover_tokens(cost) == (spans[-1][0] if spans[-1][2] == "swap" else INF)
 
 
 def test_the_two_crossings_in_words():
     cost = PreemptionCost(0.00048, 3.07e-06, 4.04e-09, 0.0, 0.000113)
-    assert cost.describe() == "swap below 5 tokens, recompute from 5 to 27,206, swap from 27,207"
-    assert PreemptionCost(1e-3, 1e-4, 0.0, 0.0, 1e-5).describe() == "swap is cheaper at every context length"
+    assert describe(cost) == "swap below 5 tokens, recompute from 5 to 27,206, swap from 27,207"
+    assert describe(PreemptionCost(1e-3, 1e-4, 0.0, 0.0, 1e-5)) == "swap is cheaper at every context length"
 
 
 @pytest.mark.parametrize("field,value", [("swap_fixed", -1e-3), ("recompute_per_token_sq", math.nan),
@@ -54,7 +55,7 @@ price = st.one_of(st.just(0.0), st.floats(1e-7, 1e-2), st.integers(0, 20).map(la
 @settings(max_examples=400, deadline=None)
 @given(st.builds(PreemptionCost, price, price, st.one_of(st.just(0.0), st.floats(1e-12, 1e-5)), price, price))
 def test_ranges_match_the_choice_at_every_length(cost):
-    spans = cost.ranges()
+    spans = ranges(cost)
     assert spans[0][0] == 0 and spans[-1][1] == INF, spans
     for (_, stop, choice), (first, _, following) in zip(spans, spans[1:]):
         assert stop == first and choice != following, f"ranges must meet and alternate: {spans}"

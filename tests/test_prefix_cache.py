@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from conftest import NEAR_TIE_GAP, RELIABILITY_COUNTS
+from minicb.course.contracts import checked
 from minicb.config import EngineConfig
 from minicb.kv.block_manager import BlockManager
 from minicb.kv.prefix_cache import block_hashes, longest_cached_prefix
@@ -120,7 +121,7 @@ def test_an_eviction_policy_chooses_among_the_cached_blocks_no_table_holds():
     assert bm.cached == {hashes[1]: a[1]} and a[0] in bm.tables["c"] and list(bm.block_stats) == [a[1]]
     bm.check_invariants()
     bm, _, _ = cached_manager(num_blocks=3)
-    bm.choose_eviction = lambda candidates: 99
+    bm.choose_eviction = checked(choose_eviction=lambda candidates: 99).choose_eviction   # the course's check
     bm.free("a")
     with pytest.raises(ValueError, match="choose_eviction returned 99: it must return the `block` of one of its 2"):
         bm.allocate("c", 6)
@@ -319,7 +320,7 @@ def test_the_engine_catches_an_eviction_that_keeps_the_name(monkeypatch):
         llm.generate([OTHER], once, use_tqdm=False)
 
 
-def test_the_engine_runs_the_lookup_it_was_given_and_checks_it():
+def test_the_engine_runs_the_lookup_it_was_given_and_the_course_checks_it():
     calls = []
 
     def counting(hashes, cached):
@@ -331,7 +332,7 @@ def test_the_engine_runs_the_lookup_it_was_given_and_checks_it():
     llm.generate([BASE, BASE], GREEDY, use_tqdm=False)
     assert calls and calls[0] == (len(BASE) - 1) // 4
     overcounting = LLM(None, device="cpu", simulate=True, block_size=4, enable_prefix_caching=True,
-                       parts=EngineParts(longest_cached_prefix=lambda hashes, cached: len(hashes)))
+                       parts=checked(longest_cached_prefix=lambda hashes, cached: len(hashes)))
     with pytest.raises(ValueError, match="longest_cached_prefix gave 5 for 5 hashes"):
         overcounting.generate([BASE], GREEDY, use_tqdm=False)
 

@@ -12,9 +12,8 @@ from minicb.costs import PreemptionCost
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.scheduler.plan import StepPlan
-from minicb.scheduler.planner import plan_step
-from minicb.scheduler.preemption import may_give_way
+from minicb.scheduler.plan import StepPlan, plan_step
+from minicb.course.contracts import may_give_way
 
 CONFIGS = [dict(enable_chunked_prefill=chunked, scheduling_policy=policy, preemption_mode=mode, schedule_priority=order)
            for chunked, policy, mode, order in itertools.product(

@@ -5,6 +5,7 @@ import pytest
 
 from conftest import check_states, recording_engine
 from minicb.costs import PreemptionCost
+from minicb.lab.preemption_ranges import ranges
 from minicb.engine import LLMEngine
 from minicb.sampling import SamplingParams
 from minicb.scheduler.request import RequestStatus
@@ -409,7 +410,7 @@ def test_measured_preemption_cost_is_sane(tiny_checkpoint):
     for price in (cost.recompute_s, cost.swap_s):
         prices = [price(t) for t in contexts]
         assert all(p > 0 for p in prices[1:]) and prices == sorted(prices), (price.__name__, prices, cost)
-    spans = cost.ranges()
+    spans = ranges(cost)
     assert [cost.swap_s(t) < cost.recompute_s(t) for t in range(4096)] == [
         next(choice for first, stop, choice in spans if first <= t < stop) == "swap" for t in range(4096)], cost
 
@@ -458,11 +459,11 @@ def test_a_swapped_request_returns_to_a_pool_of_one_block(tiny_checkpoint):
 
 
 @pytest.mark.parametrize("batching", ["static", "padded", "continuous"])
-def test_the_engine_talks_to_protocols_that_both_schedulers_and_both_runners_meet(batching):
+def test_the_engine_talks_to_one_interface_of_both_schedulers_and_both_runners(batching):
     from minicb.runner.model_runner import Runner
-    from minicb.scheduler import Scheduler
+    from minicb.scheduler import SchedulerBase
 
     for simulate in (True, False):
         engine = LLMEngine(device="cpu", simulate=simulate, batching=batching, num_blocks=16)
-        assert isinstance(engine.scheduler, Scheduler) and isinstance(engine.runner, Runner)
+        assert isinstance(engine.scheduler, SchedulerBase) and isinstance(engine.runner, Runner)
         assert not hasattr(engine, "block_manager"), "the engine reaches the KV pool only through its scheduler"

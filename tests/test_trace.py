@@ -160,7 +160,7 @@ def scheduled(running: dict[str, int] | None = None, prefill: tuple[str, ...] = 
     """A SchedulerOutput: running maps request id -> tokens this step; events give the request ids of each
     list field (admitted, preempted, swapped_out, ...)."""
     running = running or {}
-    chunks = [ScheduledChunk(rid, (1,) * n, 0, (0,), samples=True, prefill=rid in prefill) for rid, n in running.items()]
+    chunks = [ScheduledChunk(rid, (1,) * n, 0, (0,), needs_logits=True, prefill=rid in prefill) for rid, n in running.items()]
     return SchedulerOutput(chunks=chunks, **events)
 
 

@@ -40,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from minicb.course.checkout import REPO_ROOT, find_repo_root
+from minicb.course.contracts import checked
 from minicb.course.predictions import predict, reveal
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
@@ -287,7 +288,8 @@ def _listed(names: list[str]) -> str:
 
 
 def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int | None = None) -> EngineParts:
-    """The engine's lesson parts from exercises/ or solutions/, each stub replaced by minicb's own.
+    """The engine's lesson parts from exercises/ or solutions/, each stub replaced by minicb's own, and each
+    other part checked against its contract (minicb/course/contracts.py).
     decode_kernel: also lesson 05's kernel (it needs Triton). With exercises/, `lesson`'s note says which
     of its parts are yours (every lesson's, when None), again whenever that changes; other lessons' stubs
     are replaced silently, being their own lessons' business. A lesson file that does not import raises
@@ -323,7 +325,7 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
             if shown:
                 _say_when_changed(n, f"Lesson {n:02d} runs exercises/{shown[0].module}.py: "
                                      + ", ".join(_state(t, stubs[t]) for t in shown))
-    return EngineParts(**plugged)
+    return checked(EngineParts(**plugged))
 
 
 def _module(module: str, which: str) -> ModuleType:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+from minicb.course.contracts import checked
 from minicb.engine import LLMEngine, PoolTooSmallWarning
 from minicb.lab.workload import WorkloadRequest, arrival_times, bard_prompts, output_lengths, run_workload
 from minicb.model.config import read_model_config
@@ -98,7 +99,7 @@ def num_slowest(n: int) -> int:
 def run_victim_policy(choose_victim: Callable[[tuple[RequestView, ...]], str] | None, seed: int) -> VictimReport:
     """The workload of `seed` on the simulator, under memory pressure, with this victim policy (None: minicb's)
     and minicb's own other parts."""
-    parts = EngineParts() if choose_victim is None else EngineParts(choose_victim=choose_victim)
+    parts = EngineParts() if choose_victim is None else checked(choose_victim=choose_victim)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PoolTooSmallWarning)   # the short pool is the point
         engine = LLMEngine(parts=parts, **PRESSURE)

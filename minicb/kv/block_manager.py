@@ -74,7 +74,7 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
                  max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator,
                  choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None,
-                 name_blocks: Callable[..., list[bytes]] = block_hashes):
+                 block_hashes: Callable[..., list[bytes]] = block_hashes):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -85,14 +85,15 @@ class BlockManager:
         # Prefix caching's state (empty without it).
         self.cached: dict[bytes, int] = {}       # chain hash -> the block holding that prefix's last block
         self.block_hash: dict[int, bytes] = {}   # cached block -> its chain hash (the inverse of cached)
-        self.block_origin: dict[int, tuple[bytes | None, list[int]]] = {}  # cached block -> (parent hash, its
-        #                                                                    token ids), to check its name
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, least recent first
+        # cached block -> (parent hash, its token ids), to check its name
+        self.block_origin: dict[int, tuple[bytes | None, list[int]]] = {}
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, LRU first
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
-        self._prefix_hits: dict[str, list[int]] = {}   # sequence -> the cached blocks its allocate starts with
-        self.choose_eviction = choose_eviction   # which evictable block goes first; None: the least recently used
-        self.name_blocks = name_blocks   # the engine's block naming (lesson 10): each cached name is checked against it
-        self.block_stats: dict[int, CachedBlock] = {}   # cached block -> what an eviction policy may know of it
+        self._prefix_hits: dict[str, list[int]] = {}  # sequence -> the cached blocks its allocate starts with
+        self.choose_eviction = choose_eviction  # which evictable block goes first; None: least recently used
+        # the engine's block naming (lesson 10): each cached name is checked against it
+        self.block_hashes = block_hashes
+        self.block_stats: dict[int, CachedBlock] = {}  # cached block -> all an eviction policy may know of it
         self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
 
     def _reserve(self, reserve_tokens: int) -> int:
@@ -105,38 +106,35 @@ class BlockManager:
     def set_prefix_hit(self, seq_id: str, blocks: list[int]) -> None:
         """seq_id's next allocate starts its table with these cached blocks (its prompt's prefix hit).
         Until then no allocation evicts them, and can_allocate does not count them as blocks it could
-        evict. Several sequences may hold a hit at once (all who might start in a step)."""
+        evict. Several sequences may hold a hit at once (all who start in a step)."""
         if blocks:
             self._prefix_hits[seq_id] = blocks
         else:
             self._prefix_hits.pop(seq_id, None)
-
-    def clear_prefix_hits(self, keep: Collection[str] = ()) -> None:
-        """Forget the hits not yet allocated, but those of `keep` (the sequences that start in this step):
-        the scheduler looks them up again before each step."""
-        self._prefix_hits = {seq: hit for seq, hit in self._prefix_hits.items() if seq in keep}
 
     def _promised(self) -> set[int]:
         """Evictable blocks that a pending prefix hit will reuse."""
         return {block for hit in self._prefix_hits.values() for block in hit if block in self.evictable}
 
     def _spare_evictable(self) -> int:
-        """Cached blocks allocation may evict: every evictable one but those a pending prefix hit will reuse."""
+        """Cached blocks allocation may evict: every evictable one but those a pending prefix hit will
+        reuse."""
         return len(self.evictable) - len(self._promised())
 
     def available_blocks(self) -> int:
         """Blocks the pool can hand out now: free ones and cached ones no table holds (evictable)."""
         return len(self.free_blocks) + len(self.evictable)
 
-    def blocks_to_start(self, seq_id: str, num_tokens: int) -> int:
+    def blocks_to_start(self, seq_id: str, num_tokens: int, hit: Collection[int] = ()) -> int:
         """Of available_blocks, those a sequence that holds none on the device takes to run its first
         num_tokens tokens: a swapped one brings its blocks back and grows; a new one gets blocks for the
-        tokens after its prefix hit (with contiguous reservation, for max_model_len), and its hit's
+        tokens after its prefix hit `hit` (with contiguous reservation, for max_model_len), and its hit's
         blocks that no table holds stop being evictable. Two starts whose hits share such a block count
         it twice: a step may start fewer than would fit, never more."""
         if seq_id in self.swapped:
-            return max(len(self.swapped[seq_id]), blocks_for(self.num_tokens[seq_id] + num_tokens, self.block_size))
-        reused = sum(block in self.evictable for block in self._prefix_hits.get(seq_id, ()))
+            return max(len(self.swapped[seq_id]),
+                       blocks_for(self.num_tokens[seq_id] + num_tokens, self.block_size))
+        reused = sum(block in self.evictable for block in hit)
         return self.blocks_to_reserve(num_tokens, 0) + reused
 
     def blocks_freed_by(self, seq_id: str) -> int:
@@ -172,7 +170,8 @@ class BlockManager:
                 del self.evictable[block]
             self.ref_counts[block] += 1
             if block in self.block_stats:   # lesson 04's graders share blocks that were never cached
-                self.block_stats[block] = replace(self.block_stats[block], hits=self.block_stats[block].hits + 1)
+                self.block_stats[block] = replace(self.block_stats[block],
+                                                  hits=self.block_stats[block].hits + 1)
         self.tables[seq_id] = hit + self.tables[seq_id]
         self.num_tokens[seq_id] = len(hit) * self.block_size
         self.cached_upto[seq_id] = len(hit)
@@ -180,8 +179,8 @@ class BlockManager:
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
         if seq_id not in self.tables:   # named here, not as a KeyError deep in the allocator
-            raise ValueError(f"{seq_id!r} holds no device blocks (was it preempted or swapped out earlier in this "
-                             "step?): only a running sequence can grow")
+            raise ValueError(f"{seq_id!r} holds no device blocks (was it preempted or swapped out "
+                             "earlier in this step?): only a running sequence can grow")
         return self.allocator.can_append(seq_id, num_new_tokens, keep_free - self._spare_evictable())
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
@@ -206,7 +205,8 @@ class BlockManager:
         for i in range(self.cached_upto[seq_id], len(hashes)):
             if hashes[i] not in self.cached:
                 self.cached[hashes[i]], self.block_hash[table[i]] = table[i], hashes[i]
-                self.block_origin[table[i]] = (hashes[i - 1] if i else None, token_ids[i * size:(i + 1) * size])
+                self.block_origin[table[i]] = (hashes[i - 1] if i else None,
+                                               token_ids[i * size:(i + 1) * size])
                 self.block_stats[table[i]] = CachedBlock(table[i], depth=i, hits=0, last_used=self._released)
         self.cached_upto[seq_id] = max(self.cached_upto[seq_id], len(hashes))
 
@@ -225,11 +225,7 @@ class BlockManager:
         candidates = [block for block in self.evictable if block not in promised]
         if self.choose_eviction is None:
             return candidates[0]   # the least recently used
-        block = self.choose_eviction(tuple(self.block_stats[block] for block in candidates))
-        if type(block) is not int or block not in candidates:
-            raise ValueError(f"choose_eviction returned {block!r}: it must return the `block` of one of its "
-                             f"{len(candidates)} candidates (the cached blocks no table holds)")
-        return block
+        return self.choose_eviction(tuple(self.block_stats[block] for block in candidates))
 
     def _park(self, blocks: list[int]) -> None:
         """Blocks that just reached ref count 0, in table order: unnamed ones go back on the free list,
@@ -244,7 +240,8 @@ class BlockManager:
 
     def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
         """Blocks the sequence must add to hold num_new_tokens more tokens."""
-        return max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id]))
+        return max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size)
+                   - len(self.tables[seq_id]))
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Shrink a sequence back to num_tokens slots (a victim gives back the slots of this step)."""
@@ -316,48 +313,55 @@ class BlockManager:
             for block in table:
                 holders.setdefault(block, []).append(seq_id)
         free = Counter(self.free_blocks)
-        strays = sorted(b for b in holders.keys() | free.keys() | set(self.evictable) if not 0 <= b < self.num_blocks)
+        strays = sorted(b for b in holders.keys() | free.keys() | set(self.evictable)
+                        if not 0 <= b < self.num_blocks)
         assert not strays, f"block ids {strays} are not in the pool of {self.num_blocks}"
-        assert len(self.ref_counts) == self.num_blocks, f"ref_counts needs one entry per block ({self.num_blocks})"
+        assert len(self.ref_counts) == self.num_blocks, (
+            f"ref_counts needs one entry per block ({self.num_blocks})")
         twice = sorted(block for block, n in free.items() if n > 1)
-        assert not twice, (f"block {twice[0]} returned twice: it is on the free list {free[twice[0]]} times; a block "
-                           "goes back once, when its ref count reaches 0")
+        assert not twice, (f"block {twice[0]} returned twice: it is on the free list {free[twice[0]]} times; "
+                           "a block goes back once, when its ref count reaches 0")
         for where, blocks in (("on the free list", free), ("in the prefix cache's LRU", self.evictable)):
             early = sorted(block for block in blocks if block in holders)
             assert not early, (
                 f"block {early[0]} returned twice: it is {where} while {holders_of(holders[early[0]])} still "
-                f"{'holds' if len(holders[early[0]]) == 1 else 'hold'} it (ref count {self.ref_counts[early[0]]}); "
-                "free gives a block back only when its ref count "
+                f"{'holds' if len(holders[early[0]]) == 1 else 'hold'} it (ref count "
+                f"{self.ref_counts[early[0]]}); free gives a block back only when its ref count "
                 "reaches 0, that is when no sequence holds it any more")
         for block, seqs in sorted(holders.items()):
             count = self.ref_counts[block]
             assert count == len(seqs), (
-                f"block {block}: ref count {count}, but {len(seqs)} sequence(s) hold it ({holders_of(seqs)}): its "
-                "ref count is the number of sequences holding it; taking it adds 1, each holder's free subtracts 1")
-        shared = sorted(block for block, seqs in holders.items() if len(seqs) > 1 and block not in self.block_hash)
-        assert not shared, (f"block {shared[0]} is in two tables at once ({holders_of(holders[shared[0]])}) but is no "
-                            "cached prefix: a block taken must leave the free list, and only a cached block is shared")
+                f"block {block}: ref count {count}, but {len(seqs)} sequence(s) hold it "
+                f"({holders_of(seqs)}): its ref count is the number of sequences holding it; "
+                "taking it adds 1, each holder's free subtracts 1")
+        shared = sorted(block for block, seqs in holders.items()
+                        if len(seqs) > 1 and block not in self.block_hash)
+        assert not shared, (f"block {shared[0]} is in two tables at once "
+                            f"({holders_of(holders[shared[0]])}) but is no cached prefix: "
+                            "a block taken must leave the free list, and only a cached block is shared")
         unheld = sorted(block for block in free.keys() | set(self.evictable) if self.ref_counts[block] != 0)
-        assert not unheld, (f"block {unheld[0]} is free with ref count {self.ref_counts[unheld[0]]}: a block no "
-                            "sequence holds has ref count 0")
+        assert not unheld, (f"block {unheld[0]} is free with ref count {self.ref_counts[unheld[0]]}: "
+                            "a block no sequence holds has ref count 0")
         lost = sorted(set(range(self.num_blocks)) - holders.keys() - free.keys() - set(self.evictable))
-        assert not lost, (f"blocks lost: {len(lost)} of {self.num_blocks} are neither free nor held (block {lost[0]}, "
-                          f"ref count {self.ref_counts[lost[0]]}): " + (
+        assert not lost, (f"blocks lost: {len(lost)} of {self.num_blocks} are neither free nor held "
+                          f"(block {lost[0]}, ref count {self.ref_counts[lost[0]]}): " + (
                               "free puts a block back on the free list when its ref count reaches 0"
                               if self.ref_counts[lost[0]] == 0 else
-                              "no table lists it, yet its ref count says a sequence holds it: a block leaves a "
-                              "table only when its holder frees it, subtracting 1"))
+                              "no table lists it, yet its ref count says a sequence holds it: a block leaves "
+                              "a table only when its holder frees it, subtracting 1"))
         uncounted = sorted(tables.keys() - num_tokens.keys())
-        assert not uncounted, f"{uncounted[0]!r} has a table but no token count: allocate records num_tokens[seq_id]"
+        assert not uncounted, (
+            f"{uncounted[0]!r} has a table but no token count: allocate records num_tokens[seq_id]")
         uncounted = sorted(swapped.keys() - num_tokens.keys())
-        assert not uncounted, (f"{uncounted[0]!r} is still in swapped but has no token count: does free give a "
-                               "swapped sequence's CPU blocks back and forget it in swapped?")
+        assert not uncounted, (f"{uncounted[0]!r} is still in swapped but has no token count: does free "
+                               "give a swapped sequence's CPU blocks back and forget it in swapped?")
         orphans = sorted(num_tokens.keys() - tables.keys() - swapped.keys())
-        assert not orphans, f"{orphans[0]!r} still has a token count but no blocks: free must forget it everywhere"
+        assert not orphans, (
+            f"{orphans[0]!r} still has a token count but no blocks: free must forget it everywhere")
         for seq_id, table in tables.items():
             assert len(table) * self.block_size >= num_tokens[seq_id], (
-                f"{seq_id!r}'s table has {len(table) * self.block_size} slots for {num_tokens[seq_id]} tokens: "
-                "a sequence needs a new block whenever its last one is full")
+                f"{seq_id!r}'s table has {len(table) * self.block_size} slots for {num_tokens[seq_id]} "
+                "tokens: a sequence needs a new block whenever its last one is full")
         both = sorted(swapped.keys() & tables.keys())
         assert not both, f"{both} are on the device and swapped at once"
         swap_held = Counter(block for blocks in swapped.values() for block in blocks)
@@ -365,10 +369,11 @@ class BlockManager:
         twice = sorted(b for b, n in (swap_held + swap_free).items() if n > 1)
         assert not twice, f"swap blocks {twice} are held twice, or held and free at once"
         lost = self.num_swap_blocks - len(swap_held) - len(swap_free)
-        assert lost == 0, (f"swap blocks lost: {lost} of {self.num_swap_blocks} are neither free nor held — does "
-                           "free give a swapped sequence's CPU blocks back?")
+        assert lost == 0, (f"swap blocks lost: {lost} of {self.num_swap_blocks} are neither free nor held "
+                           "— does free give a swapped sequence's CPU blocks back?")
         for seq_id, blocks in swapped.items():
-            assert len(blocks) * self.block_size >= num_tokens[seq_id], f"{seq_id!r}'s swap copy is too short"
+            assert len(blocks) * self.block_size >= num_tokens[seq_id], (
+                f"{seq_id!r}'s swap copy is too short")
         self._check_prefix_cache(free.keys())
 
     def _check_prefix_cache(self, free: set[int]) -> None:
@@ -384,11 +389,13 @@ class BlockManager:
         assert not unnamed, f"blocks {unnamed} are evictable but cached under no hash"
         assert self.block_stats.keys() == self.block_hash.keys(), "block_stats and block_hash disagree"
         assert len(self.cached) == len(self.block_hash) and all(
-            self.block_hash.get(block) == h for h, block in self.cached.items()), "cached and block_hash disagree"
+            self.block_hash.get(block) == h
+            for h, block in self.cached.items()), "cached and block_hash disagree"
         for block, h in self.block_hash.items():
             parent, token_ids = self.block_origin[block]
-            assert self.name_blocks(token_ids, self.block_size, parent) == [h], (
-                f"block {block}'s prefix hash is not the name block_hashes gives the tokens it was cached with")
+            assert self.block_hashes(token_ids, self.block_size, parent) == [h], (
+                f"block {block}'s prefix hash is not the name block_hashes gives "
+                "the tokens it was cached with")
 
     def check_cached_content(self, seq_id: str, token_ids: list[int], names: list[bytes]) -> None:
         """Every cached block in seq_id's table was cached for the prefix the sequence has there: the same
@@ -401,10 +408,11 @@ class BlockManager:
             if block in self.block_origin:
                 parent, cached_ids = self.block_origin[block]
                 assert cached_ids == token_ids[i * size:(i + 1) * size], (
-                    f"{seq_id!r}'s block {i} (block {block}) is cached under other tokens than the sequence's")
+                    f"{seq_id!r}'s block {i} (block {block}) is cached under other tokens than "
+                    "the sequence's")
                 assert parent == (names[i - 1] if i else None) and self.block_hash[block] == names[i], (
-                    f"{seq_id!r}'s block {i} (block {block}) was cached after another prefix than the sequence's, "
-                    "under the same name: block_hashes gave two different prefixes one name")
+                    f"{seq_id!r}'s block {i} (block {block}) was cached after another prefix than "
+                    "the sequence's, under the same name: block_hashes gave two different prefixes one name")
 
     def _release(self, blocks: list[int]) -> None:
         for block in blocks:

@@ -39,7 +39,8 @@ class PagedAllocator:
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
         """Whether allocate(_, num_tokens, reserve_tokens) would succeed and leave keep_free blocks free."""
-        return blocks_for(max(num_tokens, reserve_tokens), self.block_size) + keep_free <= len(self.free_blocks)
+        return (blocks_for(max(num_tokens, reserve_tokens), self.block_size) + keep_free
+                <= len(self.free_blocks))
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
         """Start seq_id's table with slots for num_tokens and room for at least reserve_tokens."""
@@ -56,7 +57,8 @@ class PagedAllocator:
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
         """Whether append_slots(seq_id, num_new_tokens) would succeed and leave keep_free blocks free."""
-        needed = blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size) - len(self.tables[seq_id])
+        needed = (blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size)
+                  - len(self.tables[seq_id]))
         return max(0, needed) + keep_free <= len(self.free_blocks)
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
@@ -74,8 +76,8 @@ class PagedAllocator:
     def free(self, seq_id: str) -> None:
         """Give back everything seq_id holds, on the device or in the swap pool, and forget it."""
         if seq_id not in self.num_tokens:
-            raise KeyError(f"free({seq_id!r}): {seq_id!r} holds no blocks: it was freed already, or never allocated; "
-                           "free each sequence once")
+            raise KeyError(f"free({seq_id!r}): {seq_id!r} holds no blocks: it was freed already, or never "
+                           "allocated; free each sequence once")
         if seq_id in self.swapped:   # a swapped-out sequence holds CPU blocks and no device block
             self.free_swap_blocks.extend(self.swapped.pop(seq_id))
         else:

@@ -22,6 +22,7 @@ import torch
 from minicb.config import EngineConfig
 from minicb.costs import CostModel, PreemptionCost, StepCost
 from minicb.engine import LLMEngine
+from minicb.lab.preemption_ranges import crossover_tokens
 from minicb.lab.workload import WorkloadRequest
 from minicb.model.config import ModelConfig, read_model_config
 from minicb.model.loader import BARD_PATH
@@ -70,11 +71,12 @@ class ModelShape:
         return 4 * self.num_layers * self.num_heads * self.head_dim
 
     @classmethod
-    def of(cls, config: ModelConfig, name: str, bytes_per_param: int = 2, bytes_per_kv: int = 2) -> ModelShape:
+    def of(cls, config: ModelConfig, name: str, bytes_per_param: int = 2,
+           bytes_per_kv: int = 2) -> ModelShape:
         """The shapes of a model minicb loads (its ModelConfig), held in bytes_per_param and bytes_per_kv."""
         return cls(name, config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
-                   config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param, bytes_per_kv,
-                   config.max_position_embeddings)
+                   config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param,
+                   bytes_per_kv, config.max_position_embeddings)
 
     def step_bytes(self, context_tokens: int) -> int:
         """What a step reads from memory: every streamed weight once, and each sequence's whole KV context
@@ -95,20 +97,20 @@ class ModelShape:
 
 # HuggingFaceTB/SmolLM2-135M-Instruct's config.json (tied embeddings: the LM head is the input embedding, read
 # every step all the same), so its counts need no weights fetched.
-SMOLLM2_135M = ModelShape("SmolLM2-135M", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
-                          intermediate_size=1536, vocab_size=49152, context_window=8192)
+SMOLLM2_135M = ModelShape("SmolLM2-135M", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3,
+                          head_dim=64, intermediate_size=1536, vocab_size=49152, context_window=8192)
 
 # Meta's Llama-3-8B config.json.
-LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                       intermediate_size=14336, vocab_size=128256, context_window=8192)
+LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                       head_dim=128, intermediate_size=14336, vocab_size=128256, context_window=8192)
 
 
 @dataclass(frozen=True)
 class GPUSpec:
     """Datasheet figures (peaks, not what kernels reach: RooflineAssumptions scales them)."""
     name: str
-    memory_bytes: float     # HBM capacity as the datasheet says it (the driver reports a few % more: 81,559 MiB
-    #                         on an H100 80GB), so the KV pool below errs small
+    memory_bytes: float     # HBM capacity as the datasheet says it (the driver reports a few % more:
+    #                         81,559 MiB on an H100 80GB), so the KV pool below errs small
     hbm_bandwidth: float    # bytes/s
     peak_flops: float       # dense bf16 FLOP/s, without 2:4 sparsity
     host_link: float        # bytes/s one way to the host's pinned memory, effective (what swaps cross)
@@ -132,7 +134,8 @@ class CPURoofline:
 
     @property
     def ridge_point(self) -> float:
-        """FLOP per byte read at which a step takes as long to compute as to read (RooflineCost.ridge_point)."""
+        """FLOP per byte read at which a step takes as long to compute as to read
+        (RooflineCost.ridge_point)."""
         return self.flops / self.bandwidth
 
 
@@ -162,22 +165,25 @@ class RooflineAssumptions:
     """The numbers a roofline takes on trust, each with the reason for its value."""
     hbm_efficiency: float = 0.8      # share of datasheet bandwidth a decode step's weight and KV reads reach;
     #                                  streaming kernels measure 80-90% on H100
-    flops_efficiency: float = 0.6    # share of dense peak a compute-bound step (a prefill, a decode of hundreds
-    #                                  of sequences) reaches: large bf16 GEMMs run at 65-75%, attention, norms
-    #                                  and activations pull a whole layer below that
-    step_overhead_s: float = 1e-3    # per step, whatever the batch: scheduling, input preparation, sampling and
-    #                                  kernel launches; a server with CUDA graphs for decode (vLLM V1) is near 1 ms,
-    #                                  eager-mode servers paid several
-    swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer, the DMA
-    #                                  setup and the wait before its blocks are reused (lesson 06b uses 0.1 ms for both)
-    block_copy_overhead_s: float = 0.0   # per contiguous piece a swap copies (one layer's K or V of one block),
-    #                                  beyond its bytes. 0: a victim's blocks move as one batched copy, as vLLM's
-    #                                  later swap kernels do (PRs #11531, #38460). About 1e-5 when each piece is a
-    #                                  cudaMemcpyAsync of its own, as vLLM's first swap_blocks did: a 32 KB piece
-    #                                  then moves at about 3 GB/s, the rate PR #11531 measured for those on an A100
-    memory_utilization: float = 0.9  # share of GPU memory the server takes (vLLM's gpu_memory_utilization default)
-    activation_headroom_bytes: float = 4 * GB  # of that share, not for KV: activations of a 2k-token step, CUDA
-    #                                  graphs, the allocator's slack
+    flops_efficiency: float = 0.6    # share of dense peak a compute-bound step (a prefill, a decode of
+    #                                  hundreds of sequences) reaches: large bf16 GEMMs run at 65-75%,
+    #                                  attention, norms and activations pull a whole layer below that
+    step_overhead_s: float = 1e-3    # per step, whatever the batch: scheduling, input preparation, sampling
+    #                                  and kernel launches; a server with CUDA graphs for decode (vLLM V1) is
+    #                                  near 1 ms, eager-mode servers paid several
+    swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer,
+    #                                  the DMA setup and the wait before its blocks are reused (lesson 06b
+    #                                  uses 0.1 ms for both)
+    block_copy_overhead_s: float = 0.0   # per contiguous piece a swap copies (one layer's K or V of one
+    #                                  block), beyond its bytes. 0: a victim's blocks move as one batched
+    #                                  copy, as vLLM's later swap kernels do (PRs #11531, #38460). About 1e-5
+    #                                  when each piece is a cudaMemcpyAsync of its own, as vLLM's first
+    #                                  swap_blocks did: a 32 KB piece then moves at about 3 GB/s, the rate
+    #                                  PR #11531 measured for those on an A100
+    memory_utilization: float = 0.9  # share of GPU memory the server takes (vLLM's gpu_memory_utilization
+    #                                  default)
+    activation_headroom_bytes: float = 4 * GB  # of that share, not for KV: activations of a 2k-token step,
+    #                                  CUDA graphs, the allocator's slack
 
 
 @dataclass(frozen=True)
@@ -198,8 +204,8 @@ class RooflineCost:
 
     @property
     def ridge_point(self) -> float:
-        """The arithmetic intensity (FLOP per byte) at which a step takes as long to compute as to read: a step
-        below it is memory-bound on this GPU, above it compute-bound."""
+        """The arithmetic intensity (FLOP per byte) at which a step takes as long to compute as to read: a
+        step below it is memory-bound on this GPU, above it compute-bound."""
         return self.compute / self.bandwidth
 
     @property
@@ -227,14 +233,16 @@ class RooflineCost:
         return PreemptionCost(recompute_fixed=0.0,
                               recompute_per_token=2 * self.model.streamed_params / self.compute,
                               recompute_per_token_sq=self.model.attention_flops_per_pair / 2 / self.compute,
-                              swap_fixed=2 * self.assume.swap_latency_s, swap_per_token=2 * self.per_swapped_token)
+                              swap_fixed=2 * self.assume.swap_latency_s,
+                              swap_per_token=2 * self.per_swapped_token)
 
     def kv_pool_blocks(self, block_size: int) -> int:
         """KV blocks that fit beside the weights: the server's share of memory, less the weights and
-        the headroom, at the model's KV bytes per token. Not capped: a simulated step's work does not
-        grow with the pool, and the simulator's stand-in cache takes 8 bytes a slot (6.5 MB for 51k blocks)."""
+        the headroom, at the model's KV bytes per token. Not capped: a simulated step's work does not grow
+        with the pool, and the simulator's stand-in cache takes 8 bytes a slot (6.5 MB for 51k blocks)."""
         a = self.assume
-        kv_bytes = self.gpu.memory_bytes * a.memory_utilization - self.model.weight_bytes - a.activation_headroom_bytes
+        kv_bytes = (self.gpu.memory_bytes * a.memory_utilization - self.model.weight_bytes
+                    - a.activation_headroom_bytes)
         return int(kv_bytes // (self.model.kv_bytes_per_token * block_size))
 
 
@@ -257,12 +265,12 @@ def roofline_notes(cost: RooflineCost, block_size: int) -> str:
             f"{m.num_heads} query heads, {m.num_kv_heads} KV heads of {m.head_dim}, intermediate "
             f"{m.intermediate_size}, vocab {m.vocab_size}) in bf16: {m.weight_bytes / GB:.2f} GB of weights, "
             f"{m.streamed_params / 1e9:.2f}B read and multiplied every step (not the input embedding), "
-            f"{m.kv_bytes_per_token // 1024} KiB of KV per token. {g.name}: {g.memory_bytes / GB:.0f} GB HBM at "
-            f"{g.hbm_bandwidth / 1e12:.2f} TB/s, {g.peak_flops / 1e12:.0f} TFLOP/s dense bf16, "
+            f"{m.kv_bytes_per_token // 1024} KiB of KV per token. {g.name}: {g.memory_bytes / GB:.0f} GB HBM "
+            f"at {g.hbm_bandwidth / 1e12:.2f} TB/s, {g.peak_flops / 1e12:.0f} TFLOP/s dense bf16, "
             f"{g.host_link_name} at {g.host_link / GB:.0f} GB/s for swaps. "
             f"Step = {a.step_overhead_s * 1e3:g} ms + max(bytes / ({a.hbm_efficiency:g} x bandwidth), "
-            f"FLOPs / ({a.flops_efficiency:g} x peak)): weights read once per step, each sequence's KV context "
-            f"read once, 2 x params FLOPs per token plus attention. A swap copy costs "
+            f"FLOPs / ({a.flops_efficiency:g} x peak)): weights read once per step, each sequence's KV "
+            f"context read once, 2 x params FLOPs per token plus attention. A swap copy costs "
             f"{a.swap_latency_s * 1e6:g} us + KV bytes / link each way, and "
             f"{a.block_copy_overhead_s * 1e6:g} us more per layer's K or V of a block. "
             f"KV pool: {a.memory_utilization:g} of memory, "
@@ -277,7 +285,8 @@ def cpu_preset(block_size: int = 16) -> HardwarePreset:
     block_bytes = read_model_config(BARD_PATH).kv_bytes_per_block(block_size, torch.float32)
     budget_mb = EngineConfig.kv_cache_memory_mb
     return HardwarePreset(
-        "this CPU: Bard (measured)", cost, int(budget_mb * 2 ** 20 // block_bytes), block_size, modelled=False,
+        "this CPU: Bard (measured)", cost, int(budget_mb * 2 ** 20 // block_bytes), block_size,
+        modelled=False,
         notes=(f"Measured: StepCost fitted by bench/fit_step_cost.py on Bard (fp32, 2 CPU cores): "
                f"{cost.fixed * 1e3:g} ms per step + {cost.per_token * 1e3:g} ms per token computed + "
                f"{cost.per_context_token * 1e6:g} us per token of context read; a swap copies "
@@ -286,7 +295,8 @@ def cpu_preset(block_size: int = 16) -> HardwarePreset:
 
 
 def roofline_preset(name: str, model: ModelShape, gpu: GPUSpec,
-                    assume: RooflineAssumptions = RooflineAssumptions(), block_size: int = 16) -> HardwarePreset:
+                    assume: RooflineAssumptions = RooflineAssumptions(),
+                    block_size: int = 16) -> HardwarePreset:
     """`model` on `gpu`, priced by the roofline, with the KV pool that fits beside the weights."""
     cost = RooflineCost(model, gpu, assume, block_size)
     return HardwarePreset(name, cost, cost.kv_pool_blocks(block_size), block_size, modelled=True,
@@ -312,7 +322,7 @@ def crossover_table(cost: RooflineCost, links: dict[str, float] = HOST_LINKS,
             rows.append({"peak_tflops": peak / 1e12, "link": link_name, "link_gb_s": link / GB,
                          "recompute_us_per_token": prices.recompute_per_token * 1e6,
                          "swap_us_per_token": prices.swap_per_token * 1e6,
-                         "crossover_tokens": prices.crossover_tokens()})
+                         "crossover_tokens": crossover_tokens(prices)})
     return rows
 
 
@@ -323,8 +333,8 @@ def loaded_throughput(preset: HardwarePreset, batching: str, workload: list[Work
     used), and the run stops when the queue empties: the drain that ends a finite workload, a few
     long requests running alone, never comes under a steady stream of requests. `parts`: a lesson's."""
     engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
-                       block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs, trace_max_steps=0,
-                       parts=parts)
+                       block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs,
+                       trace_max_steps=0, parts=parts)
     requests = [engine.make_request(w.prompt, w.params) for w in workload]
     for request in requests:
         engine.queue(request)

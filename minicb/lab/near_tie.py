@@ -12,6 +12,7 @@ is NEAR_TIE_BOUND[dtype].
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -27,8 +28,13 @@ def _gaps(runner, token_ids: list[int], every_row: bool) -> list[float]:
     batch = build_flat_batch([SequenceChunk(token_ids, 0, blocks)], runner.block_size, runner.device)
     if every_row:
         batch.logits_indices = torch.arange(len(token_ids), device=runner.device)   # not only the last row's
-    top = runner.logits(batch).float().topk(2, dim=-1).values   # (rows, 2), fp32 as a bf16 model's logits are read
-    return (top[:, 0] - top[:, 1]).tolist()
+    return gaps_of(runner.logits(batch)).tolist()
+
+
+def gaps_of(logits: torch.Tensor) -> torch.Tensor:
+    """The gap between the two best logits of each row, read in fp32 (as a bf16 model's logits are)."""
+    top = logits.float().topk(2, dim=-1).values   # (rows, 2)
+    return top[..., 0] - top[..., 1]
 
 
 def top2_gaps(runner, token_ids: list[int]) -> list[float]:
@@ -62,22 +68,27 @@ class GreedyComparison:
             text += f"; {len(self.near_ties)} part at a near-tie (top-2 gap below {self.bound:g})"
         if self.bugs:
             run, step, gap = self.bugs[0]
-            text += f"; {len(self.bugs)} part elsewhere, a bug (run {run} at token {step}, top-2 gap {gap:.3g})"
+            text += (f"; {len(self.bugs)} part elsewhere, a bug (run {run} at token {step}, "
+                     f"top-2 gap {gap:.3g})")
         return text
 
 
 def compare_greedy_runs(runner, prompt_ids: list[list[int]], got: list[list[int]], want: list[list[int]],
-                   bound: float | None = None) -> GreedyComparison:
+                        bound: float | None = None, gap_at: Callable[[int, int], float] | None = None
+                        ) -> GreedyComparison:
     """Compare greedy runs `got` with the reference runs `want` of the same prompts. Where a pair first
-    differs, the reference's top-2 gap there (prompt and want's tokens so far, prefilled alone on `runner`)
-    decides: below `bound` (by default NEAR_TIE_BOUND of the runner's dtype) a near-tie, else a bug. A run
-    shorter or longer than its reference, where both agree, is a bug at the shorter one's end."""
+    differs, the reference's top-2 gap there decides: below `bound` (by default NEAR_TIE_BOUND of the runner's
+    dtype) a near-tie, else a bug. gap_at(run, step) gives that gap, by default from the prompt and want's
+    tokens so far, prefilled alone on `runner`. A run shorter or longer than its reference, where both agree,
+    is a bug at the shorter one's end."""
+    if gap_at is None:
+        gap_at = lambda run, step: top2_gap(runner, prompt_ids[run] + want[run][:step])  # noqa: E731
     result = GreedyComparison(len(want), NEAR_TIE_BOUND[runner.dtype] if bound is None else bound)
-    for run, (ids, g, w) in enumerate(zip(prompt_ids, got, want, strict=True)):
+    for run, (g, w) in enumerate(zip(got, want, strict=True)):
         if g == w:
             result.same += 1
             continue
         step = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
-        gap = top2_gap(runner, ids + w[:step]) if step < min(len(g), len(w)) else float("inf")
+        gap = gap_at(run, step) if step < min(len(g), len(w)) else float("inf")
         (result.near_ties if gap < result.bound else result.bugs).append((run, step, gap))
     return result

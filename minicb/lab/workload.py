@@ -77,7 +77,8 @@ def output_lengths(n: int, kind: str, seed: int = 0, fixed: int = 32, low: int =
         return [rng.randint(low, high) for _ in range(n)]
     if kind == "heavy":
         sigma = math.log(CORPUS_P90 / CORPUS_MEDIAN) / 1.2816   # 1.2816: the standard normal's p90
-        return [min(max_len, max(1, round(rng.lognormvariate(math.log(CORPUS_MEDIAN), sigma)))) for _ in range(n)]
+        return [min(max_len, max(1, round(rng.lognormvariate(math.log(CORPUS_MEDIAN), sigma))))
+                for _ in range(n)]
     raise ValueError(f"length kind {kind!r} is unknown; use 'natural', 'fixed', 'uniform' or 'heavy'")
 
 
@@ -86,7 +87,8 @@ def make_workload(n: int, lengths: str = "natural", rate: float | None = None, s
     prompts = bard_prompts(n, seed)
     times = arrival_times(n, rate, seed)
     if lengths == "natural":
-        params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed + i) for i in range(n)]
+        params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed + i)
+                  for i in range(n)]
     else:
         params = [SamplingParams(temperature=temperature, max_tokens=k, ignore_eos=True, seed=seed + i)
                   for i, k in enumerate(output_lengths(n, lengths, seed, max_len=max_tokens, **length_args))]

@@ -42,7 +42,8 @@ class FlatBatch:
 def sequence_chunks(out: SchedulerOutput) -> list[SequenceChunk]:
     """The scheduler's decision as chunks, read from its snapshots alone: each scheduled request's new
     tokens; the dense baseline's padding rows last."""
-    chunks = [SequenceChunk(list(c.token_ids), c.num_computed, list(c.block_table), c.samples) for c in out.chunks]
+    chunks = [SequenceChunk(list(c.token_ids), c.num_computed, list(c.block_table), c.needs_logits)
+              for c in out.chunks]
     for pad in out.padding:
         chunks.append(SequenceChunk([PAD_TOKEN] * pad.num_tokens, pad.num_computed, list(pad.block_table),
                                     needs_logits=False, write_kv=False))

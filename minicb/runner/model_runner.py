@@ -108,8 +108,9 @@ class ModelRunner:
         self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim,
                                     device=self.device, dtype=self.dtype)  # (L, K|V, blocks, bs, n_kv, hd)
         self.num_swap_blocks = num_swap_blocks
-        self.swap_cache = torch.zeros(c.num_layers, 2, num_swap_blocks, block_size, c.num_kv_heads, c.head_dim,
-                                      dtype=self.dtype, pin_memory=self.device.type == "cuda")  # CPU swap pool
+        self.swap_cache = torch.zeros(c.num_layers, 2, num_swap_blocks, block_size, c.num_kv_heads,
+                                      c.head_dim, dtype=self.dtype,
+                                      pin_memory=self.device.type == "cuda")  # CPU swap pool
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         """Copy (device block, CPU block) pairs of every layer's K and V to the swap pool."""

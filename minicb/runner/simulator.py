@@ -42,7 +42,8 @@ class SimulatedRunner:
         self._allowed = torch.tensor([t for t in range(self.config.vocab_size) if t not in eos])
         # The token id held by each slot; -1 was never written, so reading it changes the stand-in.
         self.kv_tokens = torch.full((num_blocks, block_size), -1, dtype=torch.int64)        # (blocks, bs)
-        self.swap_tokens = torch.full((num_swap_blocks, block_size), -1, dtype=torch.int64)  # (CPU blocks, bs)
+        self.swap_tokens = torch.full((num_swap_blocks, block_size), -1,
+                                      dtype=torch.int64)  # (CPU blocks, bs)
 
     def clock(self) -> float:
         return self.now

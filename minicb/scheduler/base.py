@@ -17,10 +17,27 @@ if TYPE_CHECKING:
 
 
 class SchedulerBase(ABC):
-    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor, clock: Callable[[], float]):
+    streams_tokens: bool   # whether new tokens go back every step, or only with the result
+
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor,
+                 clock: Callable[[], float]):
         self.config, self.kv, self.outputs, self.clock = config, kv, outputs, clock
         self.waiting: deque[Request] = deque()
         self.requests: dict[str, Request] = {}   # every request it holds, by id: queued, running or swapped
+        self.num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
+
+    @abstractmethod
+    def schedule(self) -> SchedulerOutput:
+        """This step's decision; allocates the KV slots it needs."""
+
+    @abstractmethod
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
+                           now: float) -> list[Request]:
+        """After the step: record its results (a next token, or None, by request id); return the requests
+        whose results go back now."""
+
+    @abstractmethod
+    def has_unfinished(self) -> bool: ...
 
     def reserve_tokens(self, request: Request) -> int:
         """KV slots a request must reserve to start, beyond its prompt."""
@@ -80,6 +97,7 @@ class SchedulerBase(ABC):
     def add(self, request: Request) -> None:
         """Queue a request, or turn it away (REJECTED) when the queue is full. One that can never be served
         never gets here: the engine refuses it at make_request, with why_never_servable's reason."""
+        request.arrival_index, self.num_arrivals = self.num_arrivals, self.num_arrivals + 1
         reason = self.why_not_now(request)
         if reason:
             request.status, request.reason = RequestStatus.REJECTED, reason
@@ -88,16 +106,18 @@ class SchedulerBase(ABC):
             self._enqueue(request)
 
     def why_never_servable(self, req: Request) -> str | None:
-        """Why this engine could not serve req even with nothing else to do, and what to change; None if it can."""
+        """Why this engine could not serve req even with nothing else to do, and what to change; None if it
+        can."""
         kv, c = self.kv, self.config
         needed = kv.blocks_to_reserve(req.num_tokens + 1, self.reserve_tokens(req))
         if needed > kv.num_blocks:
             return (f"it needs {needed} KV blocks to start but the whole pool has {kv.num_blocks} "
-                    f"({kv.num_blocks * kv.block_size} token slots); raise {c.pool_knob}, or shorten the prompt")
+                    f"({kv.num_blocks * kv.block_size} token slots); raise {c.pool_knob}, "
+                    "or shorten the prompt")
         if req.num_tokens > c.max_num_batched_tokens and not c.enable_chunked_prefill:
             return (f"the prompt has {req.num_tokens} tokens, more than max_num_batched_tokens="
-                    f"{c.max_num_batched_tokens}, and without chunked prefill a prompt runs in one step; raise "
-                    "max_num_batched_tokens or set enable_chunked_prefill=True")
+                    f"{c.max_num_batched_tokens}, and without chunked prefill a prompt runs in one step; "
+                    "raise max_num_batched_tokens or set enable_chunked_prefill=True")
         return None
 
     def why_not_now(self, request: Request) -> str | None:
@@ -109,8 +129,8 @@ class SchedulerBase(ABC):
         queue = self._queue_with(request)
         backlog = len(queue) - self.startable_next_step(queue)
         if backlog > limit:
-            return (f"the queue is full (max_waiting={limit}: {backlog - 1} requests already wait beyond what the "
-                    "next step can start); retry later, or raise max_waiting")
+            return (f"the queue is full (max_waiting={limit}: {backlog - 1} requests already wait beyond "
+                    "what the next step can start); retry later, or raise max_waiting")
         return None
 
     def reject_stale(self, now: float) -> list[Request]:
@@ -118,7 +138,8 @@ class SchedulerBase(ABC):
         delay = self.config.max_queue_delay_s
         if delay is None:
             return []
-        stale = [r for r in self.waiting if r.metrics.scheduled_time is None and now - r.metrics.arrival_time > delay]
+        stale = [r for r in self.waiting
+                 if r.metrics.scheduled_time is None and now - r.metrics.arrival_time > delay]
         for req in stale:
             self.waiting.remove(req)
             req.status = RequestStatus.REJECTED
@@ -127,9 +148,11 @@ class SchedulerBase(ABC):
         return stale
 
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
+        """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED, `reason` set)."""
         self._end(request, RequestStatus.FINISHED_ABORTED, reason)
 
     def fail(self, request: Request, reason: str) -> None:
+        """As abort, but the request failed (FINISHED_ERROR): its caller must not read it as an abort."""
         self._end(request, RequestStatus.FINISHED_ERROR, reason)
 
     def _end(self, request: Request, status: RequestStatus, reason: str) -> None:
@@ -151,7 +174,7 @@ class SchedulerBase(ABC):
         self.kv.check_invariants()
         for req in self.holding_kv():
             held = self.kv.num_tokens.get(req.request_id)
-            assert held == req.num_computed_tokens, (
-                f"{req.request_id!r} holds KV slots for {held} tokens but has computed {req.num_computed_tokens}")
+            assert held == req.num_computed_tokens, (f"{req.request_id!r} holds KV slots for {held} tokens "
+                                                     f"but has computed {req.num_computed_tokens}")
             if self.kv.block_origin:
                 self.kv.check_cached_content(req.request_id, req.all_token_ids, req.block_hashes)

@@ -20,9 +20,10 @@ hit counts as computed, and only the rest is prefilled, charged to the token bud
 blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
 
 The decisions only decide. The scheduler keeps the books: it applies each decision through its own methods
-(run, start, preempt), checks it against the decision's contract, and says which rule a bad one broke.
-Lesson 06's and 07's decisions read snapshots (RequestView) and return an answer; nothing they hold can
-change a request. A request's status, its computed tokens and its metrics are written only in this package.
+(run, start, preempt). The decisions read snapshots (RequestView) and return an answer; nothing they hold can
+change a request. The course checks a learner's decision against its contract before it gets here
+(minicb/course/contracts.py). A request's status, its computed tokens and its metrics are written only in
+this package.
 """
 from __future__ import annotations
 
@@ -38,8 +39,6 @@ from minicb.kv.block_manager import BlockManager
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.output import BlockCopy, ScheduledChunk, SchedulerOutput, apply_step_results
 from minicb.scheduler.plan import StepPlan, StepState
-from minicb.scheduler.plan_check import check_plan
-from minicb.scheduler.planner import plan_step
 from minicb.scheduler.request import Request, RequestStatus, RequestView, rank
 
 if TYPE_CHECKING:
@@ -84,14 +83,17 @@ class ContinuousScheduler(SchedulerBase):
     # --- the skeleton ------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        """Lesson 02's plan decides the step; the scheduler checks it against the contract and applies it.
+        """Lesson 02's plan decides the step, and the scheduler applies it.
         decode_first (default): running requests take the token budget first, new requests get what is
         left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then new ones) go
         first and decodes take what is left: new users see a first token sooner."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
         line = self._line(self.waiting)
-        plan = self._plan(line)
-        self.kv.clear_prefix_hits(keep=plan.starts)   # only a start's hit is kept from eviction by the others
+        hits = self._prefix_hits(line)
+        state = self._state(line, hits)
+        plan = self.parts.plan_step(state)
+        for request_id in plan.starts:   # no allocation of this step evicts a start's hit
+            self.kv.set_prefix_hit(request_id, hits.get(request_id, []))
         for victim in plan.victims:
             self.preempt(self.requests[victim], step)
         prompts_first = self.config.schedule_priority == "prefill_first"
@@ -101,17 +103,17 @@ class ContinuousScheduler(SchedulerBase):
             if req not in later:
                 self.run(req, plan.runs[req.request_id], step)
         for req in [r for r in line if r.request_id in plan.starts]:
-            self._start(req, plan.starts[req.request_id], step)
+            self._start(req, plan.starts[req.request_id], step, len(hits.get(req.request_id, ())))
         for req in later:
             self.run(req, plan.runs[req.request_id], step)
-        self.kv.clear_prefix_hits()
-        self._evict_for_priority(plan, line, step)
+        self._evict_for_priority(plan, state, step)
         self._stamp_first_step(step.out, step.now)
         return step.out
 
     def state_for_next_step(self) -> StepState:
         """What plan_step is asked before the next step, as things are now (the lessons show it)."""
-        return self._state(self._line(self.waiting))
+        line = self._line(self.waiting)
+        return self._state(line, self._prefix_hits(line))
 
     def _line(self, waiting: Iterable[Request]) -> list[Request]:
         """Who may start, in the order they must, as far as the free seats reach (and one more): swapped
@@ -123,37 +125,30 @@ class ContinuousScheduler(SchedulerBase):
             queue = chain(self.swapped, waiting)
         return list(islice(queue, max(0, self.free_seats) + 1))
 
-    def _state(self, line: list[Request]) -> StepState:
-        """The plan's snapshot. Every waiting request that might start looks its prefix up first, so that its
-        hit counts as computed and the pool keeps the hit's blocks for it."""
-        self.kv.clear_prefix_hits()
-        for req in line[:self.free_seats]:
-            if req.status is not RequestStatus.SWAPPED:
-                self._look_up_prefix(req)
-        by_id = {r.request_id: r for r in chain(self.running, line)}
+    def _state(self, line: list[Request], hits: dict[str, list[int]]) -> StepState:
+        """The plan's snapshot, in which a waiting request's prefix hit counts as computed."""
+        computed = {r: len(blocks) * self.kv.block_size for r, blocks in hits.items()}
+        views = {r.request_id: RequestView.of(r, computed.get(r.request_id))
+                 for r in chain(self.running, line)}
         return StepState(
-            running=tuple(RequestView.of(r) for r in self.running), line=tuple(RequestView.of(r) for r in line),
+            running=tuple(views[r.request_id] for r in self.running),
+            line=tuple(views[r.request_id] for r in line),
             free_seats=self.free_seats, token_budget=self.config.max_num_batched_tokens,
             free_blocks=self.kv.available_blocks(), order=self.config.schedule_priority,
-            chunk=lambda request_id, budget, nothing_yet: self.chunk_size(by_id[request_id], budget, nothing_yet),
-            blocks_to_grow=self.kv.new_blocks_needed, blocks_to_start=self.kv.blocks_to_start,
-            blocks_freed_by=self.kv.blocks_freed_by, choose_victim=self._choose_victim)
+            chunk=lambda request_id, budget, step_is_empty: self.chunk(views[request_id], budget,
+                                                                       step_is_empty),
+            blocks_to_grow=self.kv.new_blocks_needed,
+            blocks_to_start=lambda request_id, n: self.kv.blocks_to_start(request_id, n,
+                                                                          hits.get(request_id, ())),
+            blocks_freed_by=self.kv.blocks_freed_by, choose_victim=self.parts.choose_victim)
 
-    def _plan(self, line: list[Request]) -> StepPlan:
-        """Lesson 02's plan for a step that may start from `line`, once it meets the contract."""
-        state = self._state(line)
-        plan = self.parts.plan_step(state)
-        if self.parts.plan_step is not plan_step:
-            check_plan(state, plan)
-        return plan
-
-    def _evict_for_priority(self, plan: StepPlan, line: list[Request], step: Step) -> None:
+    def _evict_for_priority(self, plan: StepPlan, state: StepState, step: Step) -> None:
         """Under the priority policy, the first of the line that could not start, when it is more urgent than
         a running request, makes one give way: it starts in a later step."""
-        blocked = next((r for r in line if r.request_id not in plan.starts), None)
+        blocked = next((r for r in state.line if r.request_id not in plan.starts), None)
         if (blocked is not None and not plan.victims and self.config.scheduling_policy == "priority"
                 and self.running and max(self.running, key=rank).priority > blocked.priority
-                and self.chunk_size(blocked, step.token_budget, step.is_empty)):
+                and self.chunk(blocked, step.token_budget, step.is_empty)):
             self.make_room(step)
 
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
@@ -183,43 +178,21 @@ class ContinuousScheduler(SchedulerBase):
         return self.config.max_num_seqs - len(self.running)
 
     @staticmethod
-    def uncomputed(req: Request) -> int:
+    def uncomputed(req: Request | RequestView) -> int:
         """1 for a decode (the last sampled token); more while the prompt is still being prefilled
         (or recomputed after a preemption)."""
         return req.num_tokens - req.num_computed_tokens
 
-    def chunk_size(self, req: Request, budget: int, nothing_yet: bool) -> int:
-        """The tokens of req that run now, with `budget` tokens left in the step, as lesson 07's decision
-        says (0: none)."""
-        todo = self.uncomputed(req)
-        num_tokens = self.parts.chunk_size(todo, budget, nothing_yet, self.config)
-        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 0 <= num_tokens <= todo:
-            raise ValueError(f"chunk_size gave {num_tokens!r} tokens to {req.request_id!r}, which has {todo} "
-                             "uncomputed: a chunk is an int from 0 to the uncomputed tokens")
-        return num_tokens
+    def chunk(self, view: RequestView, budget: int, step_is_empty: bool) -> int:
+        """The tokens of a request that run now, with `budget` tokens left in the step: lesson 07's
+        decision."""
+        return self.parts.chunk_size(self.uncomputed(view), budget, step_is_empty, self.config)
 
     def make_room(self, step: Step) -> Request:
         """Preempt the running request that lesson 06's choose_victim picks, and return it."""
-        victim = self.requests[self._choose_victim(tuple(RequestView.of(r) for r in self.running))]
+        victim = self.requests[self.parts.choose_victim(tuple(RequestView.of(r) for r in self.running))]
         self.preempt(victim, step)
         return victim
-
-    def _choose_victim(self, candidates: tuple[RequestView, ...]) -> str:
-        """The request_id lesson 06's choose_victim names among candidates, once its answer meets the contract."""
-        chosen = self.parts.choose_victim(candidates)
-        by_id = {r.request_id: r for r in candidates}
-        if not isinstance(chosen, str) or chosen not in by_id:
-            raise ValueError(f"choose_victim returned {chosen!r}: it must return the request_id of one of the running "
-                             f"requests it was given ({', '.join(map(repr, by_id))})")
-        victim, least_urgent = by_id[chosen], max(r.priority for r in candidates)
-        if victim.priority < least_urgent:
-            raise ValueError(f"choose_victim picked {chosen!r} (priority {victim.priority}) while a less urgent request "
-                             f"(priority {least_urgent}) runs: a victim never has a lower priority value than another "
-                             "running request")
-        if len(candidates) > 1 and victim is min(candidates, key=lambda r: r.rank):
-            raise ValueError(f"choose_victim picked {chosen!r}, the first in serving order, while others run: the "
-                             "oldest of the most urgent requests must always make progress, or a run may never end")
-        return chosen
 
     def preempt(self, victim: Request, step: Step) -> None:
         """The whole preemption: victim leaves the running requests and its tokens of this step go back to the
@@ -249,11 +222,8 @@ class ContinuousScheduler(SchedulerBase):
 
     def should_swap(self, victim: Request) -> bool:
         """Lesson 06's decision for a victim the swap pool has room for."""
-        swap = self.parts.should_swap(RequestView.of(victim), self.config.preemption_mode, self.preemption_cost)
-        if not isinstance(swap, bool):
-            raise ValueError(f"should_swap returned {swap!r} for {victim.request_id!r}: it must return True (swap) or "
-                             "False (recompute)")
-        return swap
+        return self.parts.should_swap(RequestView.of(victim), self.config.preemption_mode,
+                                      self.preemption_cost)
 
     def _resume(self, req: Request, step: Step) -> None:
         """req runs again: a new one, or one back from a preemption, whose time evicted ends now."""
@@ -271,15 +241,17 @@ class ContinuousScheduler(SchedulerBase):
         self.kv.append_slots(req.request_id, num_tokens)
         self._add_chunk(req, num_tokens, step, prefill=self.uncomputed(req) > 1)
 
-    def start(self, req: Request, num_tokens: int, step: Step) -> None:
-        """The head of the queue starts, with its first num_tokens tokens."""
+    def start(self, req: Request, num_tokens: int, step: Step, cached_tokens: int = 0) -> None:
+        """The head of the queue starts, with its first num_tokens tokens after the cached_tokens of its
+        prefix hit (set with kv.set_prefix_hit)."""
         if not self.waiting or self.waiting[0] is not req:
-            raise ValueError(f"{req.request_id!r} may not start before {self.waiting[0].request_id!r}: first come, "
-                             "first served starts only the head of the queue")
+            raise ValueError(f"{req.request_id!r} may not start before {self.waiting[0].request_id!r}: "
+                             "first come, first served starts only the head of the queue")
         if self.free_seats == 0:
-            raise ValueError(f"{req.request_id!r} cannot start: all max_num_seqs={self.config.max_num_seqs} seats "
-                             "are taken")
+            raise ValueError(f"{req.request_id!r} cannot start: all max_num_seqs={self.config.max_num_seqs} "
+                             "seats are taken")
         self._check_budget(req, num_tokens, step)
+        req.num_computed_tokens = cached_tokens
         self.kv.allocate(req.request_id, num_tokens)   # after its prefix hit's blocks, if it has one
         self.waiting.popleft()
         self._resume(req, step)
@@ -289,10 +261,10 @@ class ContinuousScheduler(SchedulerBase):
             req.num_cached_tokens = req.num_computed_tokens
         self._add_chunk(req, num_tokens, step, prefill=True)
 
-    def _start(self, req: Request, num_tokens: int, step: Step) -> None:
+    def _start(self, req: Request, num_tokens: int, step: Step, cached_blocks: int) -> None:
         """A request of the line starts: a swapped one comes back (its blocks are copied in) and runs."""
         if req.status is not RequestStatus.SWAPPED:
-            self.start(req, num_tokens, step)
+            self.start(req, num_tokens, step, cached_blocks * self.kv.block_size)
             return
         self.swapped.remove(req)
         step.out.block_copies.append(BlockCopy(False, self.kv.swap_in(req.request_id)))
@@ -302,7 +274,7 @@ class ContinuousScheduler(SchedulerBase):
 
     # --- prefix caching -------------------------------------------------------------------------
 
-    def _hashes(self, req: Request, num_blocks: int) -> list[bytes]:
+    def _block_hashes(self, req: Request, num_blocks: int) -> list[bytes]:
         """The chain hashes of req's first num_blocks full blocks, hashing only those not hashed before."""
         known, size = req.block_hashes, self.kv.block_size
         if len(known) < num_blocks:
@@ -310,33 +282,31 @@ class ContinuousScheduler(SchedulerBase):
             known += self.parts.block_hashes(new, size, known[-1] if known else None)
         return known[:num_blocks]
 
-    def _look_up_prefix(self, req: Request) -> None:
-        """A waiting request (holding no blocks) counts its cached prefix as computed, and the pool keeps
-        those blocks for its allocation. Looked up again before each step, since blocks are evicted
-        meanwhile. The last known token is never in the hit: it must run to give the next token's
-        logits, so nothing is ever written into a shared block."""
+    def _prefix_hits(self, line: list[Request]) -> dict[str, list[int]]:
+        """The cached blocks that each waiting request that might start would begin with, looked up again
+        before each decision, since blocks are evicted meanwhile. The last known token is never in a hit: it
+        must run to give the next token's logits, so nothing is ever written into a shared block."""
         if not self.config.enable_prefix_caching:
-            return
-        hashes = self._hashes(req, (req.num_tokens - 1) // self.kv.block_size)
-        num_blocks = self.parts.longest_cached_prefix(hashes, self.kv.cached)
-        if (not isinstance(num_blocks, int) or not 0 <= num_blocks <= len(hashes)
-                or any(h not in self.kv.cached for h in hashes[:num_blocks])):
-            raise ValueError(f"longest_cached_prefix gave {num_blocks!r} for {len(hashes)} hashes: it counts the "
-                             "leading hashes that are all in `cached`, 0 .. len(hashes)")
-        blocks = [self.kv.cached[h] for h in hashes[:num_blocks]]
-        self.kv.set_prefix_hit(req.request_id, blocks)
-        req.num_computed_tokens = num_blocks * self.kv.block_size
+            return {}
+        hits = {}
+        for req in line[:self.free_seats]:
+            if req.status is not RequestStatus.SWAPPED:
+                hashes = self._block_hashes(req, (req.num_tokens - 1) // self.kv.block_size)
+                hits[req.request_id] = [self.kv.cached[h] for h in hashes[:self.parts.longest_cached_prefix(
+                    hashes, self.kv.cached)]]
+        return hits
 
     def _cache_computed_blocks(self, req: Request) -> None:
         """req's blocks now full of computed tokens join the prefix cache."""
         num_full = req.num_computed_tokens // self.kv.block_size
         if num_full > self.kv.cached_upto[req.request_id]:
-            self.kv.cache_full_blocks(req.request_id, self._hashes(req, num_full), req.all_token_ids)
+            self.kv.cache_full_blocks(req.request_id, self._block_hashes(req, num_full), req.all_token_ids)
 
     def _check_budget(self, req: Request, num_tokens: int, step: Step) -> None:
         if num_tokens < 1 or (num_tokens > step.token_budget and not step.is_empty):
-            raise ValueError(f"{num_tokens} tokens for {req.request_id!r} do not fit the {step.token_budget} left of "
-                             "the step's max_num_batched_tokens (only a step that runs nothing else may overflow)")
+            raise ValueError(f"{num_tokens} tokens for {req.request_id!r} do not fit the {step.token_budget} "
+                             "left of the step's max_num_batched_tokens "
+                             "(only a step that runs nothing else may overflow)")
 
     def _add_chunk(self, req: Request, num_tokens: int, step: Step, prefill: bool) -> None:
         step.out.chunks.append(ScheduledChunk.of(req, num_tokens, self.kv.tables[req.request_id], prefill))
@@ -354,8 +324,7 @@ class ContinuousScheduler(SchedulerBase):
         """Admission control's question, answered by the plan itself: how many of `queue` (the waiting queue
         with a new request in its place) the next step would start, as things are now."""
         line = self._line(queue)
-        plan = self._plan(line)
-        self.kv.clear_prefix_hits()
+        plan = self.parts.plan_step(self._state(line, self._prefix_hits(line)))
         return sum(r.request_id in plan.starts for r in line if r.status is not RequestStatus.SWAPPED)
 
     def _drop(self, request: Request) -> None:

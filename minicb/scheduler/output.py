@@ -1,4 +1,5 @@
-"""What a scheduler decides for one step (SchedulerOutput, plain data) and how the step's results come back to it.
+"""What a scheduler decides for one step (SchedulerOutput, plain data) and how the step's results come back
+to it.
 
 SchedulerOutput holds snapshots, never live requests: each chunk carries the token ids it runs, where they
 start and a copy of its block table, so the batch builder and the engine read the decision as it was made.
@@ -19,8 +20,8 @@ class ScheduledChunk:
     request_id: str
     token_ids: tuple[int, ...]   # a prompt or a piece of one (prefill), or the last sampled token (decode)
     num_computed: int            # tokens already in the cache before these (their first position)
-    block_table: tuple[int, ...]  # the request's blocks as scheduled: they cover num_computed + the new tokens
-    samples: bool                # the chunk reaches the request's last known token: the step samples a next one
+    block_table: tuple[int, ...]  # the request's blocks as scheduled, covering num_computed + the new tokens
+    needs_logits: bool           # the chunk reaches the request's last known token: a next one is sampled
     prefill: bool = False        # prompt tokens (or a preempted request's recompute), not a decode
 
     @property
@@ -30,8 +31,8 @@ class ScheduledChunk:
     @classmethod
     def of(cls, req: Request, num_new_tokens: int, block_table: list[int], prefill: bool) -> "ScheduledChunk":
         start = req.num_computed_tokens
-        return cls(req.request_id, tuple(req.all_token_ids[start:start + num_new_tokens]), start, tuple(block_table),
-                   start + num_new_tokens == req.num_tokens, prefill)
+        return cls(req.request_id, tuple(req.all_token_ids[start:start + num_new_tokens]), start,
+                   tuple(block_table), start + num_new_tokens == req.num_tokens, prefill)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class SchedulerOutput:
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
     swapped_out: list[str] = field(default_factory=list)  # preempted by swapping (also in preempted)
     swapped_in: list[str] = field(default_factory=list)
-    cached_tokens: int = 0   # tokens the requests admitted this step found in the prefix cache (never computed)
+    cached_tokens: int = 0   # tokens the requests admitted this step found in the prefix cache (not computed)
     # Every swap of the step, in the order the scheduler decided them. They must run in that order:
     # a request swapped in and out again in one step is copied out of the blocks its swap-in fills,
     # and a block freed by one swap may be the target of the next.
@@ -82,11 +83,12 @@ class SchedulerOutput:
     @property
     def sampling(self) -> list[str]:
         """The requests that get a next token this step, in the order of the batch's sampled rows."""
-        return [c.request_id for c in self.chunks if c.samples]
+        return [c.request_id for c in self.chunks if c.needs_logits]
 
 
-NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits that overflow at its temperature, "
-              "or its sampling parameters failed on them; it failed alone, the others in its batch carried on")
+NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits that overflow at its "
+              "temperature, or its sampling parameters failed on them; it failed alone, "
+              "the others in its batch carried on")
 
 
 def apply_step_results(out: SchedulerOutput, requests: dict[str, Request], sampled: dict[str, int | None],

@@ -12,11 +12,12 @@ from minicb.scheduler.request import Request, RequestStatus
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Any, eos_token_ids: tuple[int, ...], max_model_len: int, max_seq_tokens: int,
-                 detokenize: bool):
+    def __init__(self, tokenizer: Any, eos_token_ids: tuple[int, ...], max_model_len: int,
+                 max_seq_tokens: int, detokenize: bool):
         self.tokenizer, self.eos_token_ids = tokenizer, eos_token_ids
         self.max_model_len = max_model_len
-        self.max_seq_tokens = max_seq_tokens   # the most a sequence can hold: max_model_len, or the whole pool
+        # the most a sequence can hold: max_model_len, or the whole pool
+        self.max_seq_tokens = max_seq_tokens
         self.detokenize = detokenize and tokenizer is not None
 
     def append_token(self, req: Request, token: int) -> tuple[RequestStatus, str | None] | None:

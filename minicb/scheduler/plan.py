@@ -1,25 +1,9 @@
-"""Lesson 02: the step's plan, Orca's iteration-level scheduling as one decision: what a plan reads and
-what it returns.
+"""Lesson 02: the step's plan, Orca's iteration-level scheduling as one decision. Before every step the
+scheduler hands plan_step a StepState, a snapshot of what it may read, and applies the StepPlan it returns
+(ContinuousScheduler.schedule): who gives way, which running requests get how many tokens, and who starts.
 
-Before every step the scheduler hands plan_step a StepState, a snapshot of what it may read, and applies
-the StepPlan it returns: who gives way, which running requests get how many tokens, and who starts. The
-plan only decides; ContinuousScheduler applies it through its own methods (preempt, run, start), after
-check_plan (minicb/scheduler/plan_check.py, with minicb's own plan) has compared it with the contract below and
-named the first rule a wrong plan breaks.
-
-The contract (every rule is one check_plan names):
-- limits: at most token_budget tokens (one request running alone may run more, if its chunk gives it
-  more), at most free_seats starts, and no more blocks than the pool has with what the victims give back;
-- victims: as few as the pool needs. Nobody gives way while the running requests' next tokens fit the
-  pool, and each victim is choose_victim's pick among the running requests still in;
-- runs: every running request that is not a victim runs, with what its chunk gives it for the budget
-  left to it (a request its chunk gives nothing waits for the next step). The budget serves
-  decode_first's running requests in their order before anyone starts, and prefill_first's running
-  prompts, then its newcomers, before its running decodes;
-- starts: first come, first served. The requests that start are the first of the line, each with what
-  its chunk gives it, as many as the seats, the budget and the pool take; nobody starts after one that
-  cannot, or in a step where someone gave way, and under prefill_first a newcomer never takes the
-  blocks a running decode will need.
+plan_step below is minicb's own. Its contract is stated in exercises/lesson02_continuous.py, and the course
+checks a learner's plan against it at the seam (minicb/course/contracts.py).
 """
 from __future__ import annotations
 
@@ -41,12 +25,12 @@ class StepState:
     token_budget: int                  # max_num_batched_tokens: tokens this step may run
     free_blocks: int                   # KV blocks the pool can hand out now
     order: str                         # "decode_first" or "prefill_first" (EngineConfig.schedule_priority)
-    chunk: Callable[[str, int, bool], int]   # (request_id, budget left, nothing planned yet) -> its tokens
-    #                                          now, lesson 07's decision; 0: none fit. "Nothing planned yet":
-    #                                          no request of this step has tokens so far
+    chunk: Callable[[str, int, bool], int]   # (request_id, budget left, step_is_empty) -> its tokens
+    #                                          now, lesson 07's decision; 0: none fit. step_is_empty: no
+    #                                          request of this step has tokens so far
     blocks_to_grow: Callable[[str, int], int]    # (running request_id, n) -> new blocks for n more tokens
     blocks_to_start: Callable[[str, int], int]   # (request_id in line, n) -> blocks to run its first n tokens
-    blocks_freed_by: Callable[[str], int]        # running request_id -> blocks the pool gets back if it gives way
+    blocks_freed_by: Callable[[str], int]        # running request_id -> blocks freed if it gives way
     choose_victim: Callable[[tuple[RequestView, ...]], str]   # lesson 06's decision: who of these gives way
 
     def uncomputed(self, request_id: str) -> int:
@@ -62,3 +46,43 @@ class StepPlan:
     runs: dict[str, int] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)
     victims: list[str] = field(default_factory=list)
+
+
+def _give_tokens(state: StepState, requests: list[RequestView], budget: int,
+                 step_is_empty: bool) -> dict[str, int]:
+    tokens: dict[str, int] = {}
+    for req in requests:
+        n = state.chunk(req.request_id, budget, step_is_empty and not tokens)
+        if n:
+            tokens[req.request_id] = n
+            budget -= n
+    return tokens
+
+
+def plan_step(state: StepState) -> StepPlan:
+    """minicb's plan, which meets lesson 02's contract."""
+    victims: list[str] = []
+    while True:
+        alive = [r for r in state.running if r.request_id not in victims]
+        first = alive if state.order == "decode_first" else [
+            r for r in alive if state.uncomputed(r.request_id) > 1]
+        last = [r for r in alive if r not in first]
+        runs = _give_tokens(state, first, state.token_budget, True)
+        budget = state.token_budget - sum(runs.values())
+        reserved = sum(state.blocks_to_grow(r, n)
+                       for r, n in (runs | _give_tokens(state, last, budget, not runs)).items())
+        room = state.free_blocks + sum(state.blocks_freed_by(v) for v in victims) - reserved
+        if room >= 0:
+            break
+        victims.append(state.choose_victim(tuple(alive)))
+    starts: dict[str, int] = {}
+    for req in state.line[:state.free_seats] if not victims else ():
+        n = state.chunk(req.request_id, budget, not runs and not starts)
+        needed = state.blocks_to_start(req.request_id, n) if n else 0
+        if not n or needed > room:
+            break
+        starts[req.request_id] = n
+        budget -= n
+        room -= needed
+    runs |= _give_tokens(state, last, budget, not runs and not starts)
+    return StepPlan(runs, starts, victims)

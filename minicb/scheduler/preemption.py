@@ -1,9 +1,10 @@
 """Lesson 06: preemption. When a running request needs a KV block and none is free, a running request
 gives its blocks back. These are minicb's two decisions; ContinuousScheduler.preempt applies them.
 
-Which one (choose_victim): the last in serving order (minicb.scheduler.request.rank), the largest priority value,
-then the latest arrival. Under FCFS every priority is 0, so simply the latest arrival; the oldest request is
-never evicted by a younger one and always makes progress. vLLM's V1 scheduler picks its victim the same way.
+Which one (choose_victim): the last in serving order (minicb.scheduler.request.rank), the largest priority
+value, then the latest arrival. Under FCFS every priority is 0, so simply the latest arrival; the oldest
+request is never evicted by a younger one and always makes progress.
+vLLM's V1 scheduler picks its victim the same way.
 
 How it gives memory back (should_swap, by EngineConfig.preemption_mode):
 - "recompute": drop its KV blocks; later it prefills its prompt and generated tokens again. Costs compute.
@@ -16,14 +17,6 @@ from __future__ import annotations
 
 from minicb.costs import PreemptionCost
 from minicb.scheduler.request import RequestView
-
-
-def may_give_way(running: tuple[RequestView, ...]) -> list[RequestView]:
-    """The running requests choose_victim's contract allows as victims: the least urgent, but never the first
-    in serving order while others run (ContinuousScheduler checks each answer against the same rules)."""
-    first = min(running, key=lambda r: r.rank)
-    least_urgent = max(r.priority for r in running)
-    return [r for r in running if r.priority == least_urgent and (r is not first or len(running) == 1)]
 
 
 def choose_victim(running: tuple[RequestView, ...]) -> str:

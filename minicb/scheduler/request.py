@@ -108,11 +108,15 @@ class Request:
     def finish_reason(self) -> str | None:
         return FINISH_REASONS.get(self.status)
 
+    @property
+    def arrival_time(self) -> float:
+        return self.metrics.arrival_time
 
-def rank(req: Request) -> tuple[int, float, int]:
+
+def rank(req: Request | RequestView) -> tuple[int, float, int]:
     """Serving order: lower priority value first, then earlier arrival (arrival_index breaks ties,
     which the simulated clock makes common). The scheduler admits in this order and preempts in reverse."""
-    return req.priority, req.metrics.arrival_time, req.arrival_index
+    return req.priority, req.arrival_time, req.arrival_index
 
 
 @dataclass(frozen=True)
@@ -129,18 +133,17 @@ class RequestView:
     max_tokens: int
 
     @classmethod
-    def of(cls, req: Request) -> "RequestView":
+    def of(cls, req: Request, num_computed_tokens: int | None = None) -> "RequestView":
+        """req as it is, or as it would start: with num_computed_tokens, a waiting request's prefix hit."""
+        computed = req.num_computed_tokens if num_computed_tokens is None else num_computed_tokens
         return cls(req.request_id, req.priority, req.metrics.arrival_time, req.arrival_index,
-                   len(req.prompt_token_ids), len(req.output_token_ids), req.num_computed_tokens, req.params.max_tokens)
+                   len(req.prompt_token_ids), len(req.output_token_ids), computed, req.params.max_tokens)
 
     @property
     def num_tokens(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens
 
-    @property
-    def rank(self) -> tuple[int, float, int]:
-        """Serving order, as minicb.scheduler.request.rank: lower priority value first, then earlier arrival."""
-        return self.priority, self.arrival_time, self.arrival_index
+    rank = property(rank)   # serving order: lower priority value first, then earlier arrival
 
 
 @dataclass
@@ -159,7 +162,8 @@ class RequestOutput:
     finished: bool
     metrics: RequestMetrics
     reason: str | None = None   # why it was rejected, or the error it failed with
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of prefilled (vLLM's name)
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of prefilled
+    #                             (vLLM's name)
 
     @classmethod
     def of(cls, req: Request) -> "RequestOutput":

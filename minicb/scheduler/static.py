@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 class StaticScheduler(SchedulerBase):
     streams_tokens = False   # results go back only when the whole batch is done
 
-    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor, clock: Callable[[], float]):
+    def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor,
+                 clock: Callable[[], float]):
         super().__init__(config, kv, outputs, clock)
         self.pad_to_longest = config.batching == "padded"
         self.batch: list[Request] = []
@@ -78,7 +79,8 @@ class StaticScheduler(SchedulerBase):
             if rid in out.admitted:
                 out.chunks.append(ScheduledChunk.of(req, req.num_tokens, self.kv.tables[rid], prefill=True))
                 if self.pad_to_longest and req.num_tokens < self._longest_prompt:
-                    out.padding.append(PaddingChunk(rid, req.num_tokens, self._longest_prompt - req.num_tokens,
+                    out.padding.append(PaddingChunk(rid, req.num_tokens,
+                                                    self._longest_prompt - req.num_tokens,
                                                     tuple(self.kv.tables[rid])))
             else:
                 self.kv.append_slots(rid)
@@ -126,5 +128,6 @@ class StaticScheduler(SchedulerBase):
         self._batch_steps = 0
 
     def _pool_holds(self, members: list[Request]) -> bool:
-        needed = sum(self.kv.blocks_to_reserve(r.num_tokens, self.reserve_tokens(r, members)) for r in members)
+        needed = sum(self.kv.blocks_to_reserve(r.num_tokens, self.reserve_tokens(r, members))
+                     for r in members)
         return needed <= len(self.kv.free_blocks)

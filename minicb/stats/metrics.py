@@ -44,7 +44,8 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "queued_step_share": trace.queued_step_share,
         "padding_waste": trace.padding_waste,
         # Prompt tokens served from the prefix cache instead of prefilled (0 without prefix caching).
-        "prefix_cache_hit_rate": sum(o.num_cached_tokens for o in served) / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_cache_hit_rate": (sum(o.num_cached_tokens for o in served) / prompt_tokens if prompt_tokens
+                                  else 0.0),
         "ttft": latency_summary([x.ttft for x in m]),
         "tpot": latency_summary([x.tpot for x in m if x.tpot is not None]),
         "itl": latency_summary([gap for x in m for gap in x.itl]),

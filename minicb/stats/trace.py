@@ -49,9 +49,10 @@ class StepRecord:
     swapped_out: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
     waiting: int = 0
-    cached_tokens: int = 0                # tokens admitted requests found in the prefix cache (a re-admission's
-    #                                       too), so never prefilled
-    kv_blocks: list[tuple[str | None, int, int]] | None = None  # per block: (owner, tokens, holders), if traced
+    cached_tokens: int = 0                # tokens admitted requests found in the prefix cache (a
+    #                                       re-admission's too), so never prefilled
+    # per block: (owner, tokens, holders), if traced
+    kv_blocks: list[tuple[str | None, int, int]] | None = None
 
     def occupant(self, seat: int) -> tuple[str | None, str]:
         """(request id or None, phase) of one seat."""
@@ -70,7 +71,8 @@ class StepRecord:
         return sum(phase in (PREFILL, DECODE) for _, phase in self.seats.values())
 
     def to_row(self) -> dict:
-        """The step as plain data, with one (request id, phase) per seat under "seats", as the export has it."""
+        """The step as plain data, with one (request id, phase) per seat under "seats",
+        as the export has it."""
         row = {}
         for name, value in asdict(self).items():
             if name == "seats":
@@ -85,7 +87,8 @@ class StepRecord:
         /debug/trace) draws as the engine's own."""
         values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
         values["num_seats"] = len(row["seats"])
-        values["seats"] = {seat: (rid, phase) for seat, (rid, phase) in enumerate(row["seats"]) if phase != EMPTY}
+        values["seats"] = {seat: (rid, phase) for seat, (rid, phase) in enumerate(row["seats"])
+                           if phase != EMPTY}
         if row.get("kv_blocks") is not None:
             values["kv_blocks"] = [tuple(block) for block in row["kv_blocks"]]
         return cls(**values)
@@ -97,7 +100,8 @@ class Trace:
     max_steps: int | None = None      # keep at most this many most recent steps; 0 keeps none; None keeps all
     steps: list[StepRecord] = field(default_factory=list)
     arrivals: dict[str, float] = field(default_factory=dict)   # request id -> arrival time (the queued phase)
-    num_dropped_steps: int = 0        # steps run but not kept: the oldest ones past max_steps, or all with it 0
+    # steps run but not kept: the oldest ones past max_steps, or all with it 0
+    num_dropped_steps: int = 0
     _seat_of: dict[str, int] = field(default_factory=dict)
     _released_seats: list[int] = field(default_factory=list)   # a heap of freed seats below _seats_opened
     _seats_opened: int = 0            # seats 0 .. _seats_opened - 1 have been handed out at least once
@@ -185,11 +189,12 @@ class Trace:
             self.release(req.request_id)
         prefill = sum(c.num_new_tokens for c in out.chunks if c.prefill)
         self.record(StepRecord(
-            step=self.num_steps, start_time=start, duration=end - start, num_seats=self.num_seats, seats=seats,
-            num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
+            step=self.num_steps, start_time=start, duration=end - start, num_seats=self.num_seats,
+            seats=seats, num_tokens=out.num_tokens, context_tokens=context_tokens, prefill_tokens=prefill,
             decode_tokens=out.num_tokens - prefill, padding_tokens=out.padding_tokens,
-            blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks, reserved_slots=usage.reserved_slots,
-            token_slots=usage.token_slots, tokens={c.request_id: c.num_new_tokens for c in out.chunks},
+            blocks_used=usage.owned_blocks, blocks_free=usage.free_blocks,
+            reserved_slots=usage.reserved_slots, token_slots=usage.token_slots,
+            tokens={c.request_id: c.num_new_tokens for c in out.chunks},
             admitted=list(out.admitted), finished=[r.request_id for r in returned],
             preempted=self._pending_preempted, swapped_out=self._pending_swapped_out,
             swapped_in=list(out.swapped_in), waiting=waiting,
@@ -207,11 +212,12 @@ class Trace:
 
     @property
     def seat_utilization_while_queued(self) -> float:
-        """Useful seat-steps / all seat-steps over the kept steps after which a request still waited for a seat:
-        how full the batch is while there is work to fill it with. The drain that ends a finite run and the lulls
-        between arrivals are left out. nan when no kept step had a queue."""
+        """Useful seat-steps / all seat-steps over the kept steps after which a request still waited for a
+        seat: how full the batch is while there is work to fill it with. The drain that ends a finite run and
+        the lulls between arrivals are left out. nan when no kept step had a queue."""
         queued = [s for s in self.steps if s.waiting > 0]
-        return sum(s.useful_seats for s in queued) / (len(queued) * self.num_seats) if queued else float("nan")
+        return (sum(s.useful_seats for s in queued) / (len(queued) * self.num_seats) if queued
+                else float("nan"))
 
     @property
     def queued_step_share(self) -> float:

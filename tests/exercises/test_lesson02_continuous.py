@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from minicb import course
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
+from minicb.course.contracts import PlanError, check_plan
 from minicb.scheduler.plan import StepState
-from minicb.scheduler.plan_check import PlanError, check_plan
 from minicb.scheduler.preemption import choose_victim
 from minicb.scheduler.request import RequestView
 
@@ -44,11 +44,11 @@ def step_states(draw, order: str) -> StepState:
     def by_id(rid: str) -> RequestView:
         return next(v for v in views if v.request_id == rid)
 
-    def chunk(rid: str, budget: int, nothing_yet: bool) -> int:
+    def chunk(rid: str, budget: int, step_is_empty: bool) -> int:
         todo = uncomputed[rid]
         if chunked:
             return max(0, min(todo, budget))
-        return todo if todo <= budget or nothing_yet else 0
+        return todo if todo <= budget or step_is_empty else 0
 
     def grow(rid: str, n: int) -> int:
         c = by_id(rid).num_computed_tokens

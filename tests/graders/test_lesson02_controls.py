@@ -8,8 +8,7 @@ import pytest
 from _pytest.outcomes import Failed
 from test_lesson02_continuous import check_the_contract, check_the_engine_runs_yours
 
-from minicb.scheduler.plan import StepPlan, StepState
-from minicb.scheduler.planner import plan_step
+from minicb.scheduler.plan import StepPlan, StepState, plan_step
 
 
 def jumps_the_line(state: StepState) -> StepPlan:
@@ -55,8 +54,8 @@ def never_preempts(state: StepState) -> StepPlan:
 
 def asks_chunk_with_the_whole_budget(state: StepState) -> StepPlan:
     """Asks every request's chunk with the full budget, not with what the requests before it left."""
-    return plan_step(replace(state, chunk=lambda rid, budget, nothing_yet: state.chunk(rid, state.token_budget,
-                                                                                       nothing_yet)))
+    return plan_step(replace(state, chunk=lambda rid, budget, step_is_empty: state.chunk(rid, state.token_budget,
+                                                                                       step_is_empty)))
 
 
 def counts_shared_blocks_as_freed(state: StepState) -> StepPlan:

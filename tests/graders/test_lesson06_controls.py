@@ -5,7 +5,8 @@ import pytest
 from test_lesson06_preemption import (check_choose_victim_in_the_engine, check_meets_the_latency_targets,
                                       choose_victim_contract, should_swap_contract)
 
-from minicb.scheduler.preemption import choose_victim, may_give_way, should_swap
+from minicb.course.contracts import may_give_way
+from minicb.scheduler.preemption import choose_victim, should_swap
 
 
 def oldest_first(running):

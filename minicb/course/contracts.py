@@ -1,0 +1,160 @@
+"""The contracts of the parts a learner writes, checked at the seam. course.parts() wraps each part that is not
+minicb's own with its check, so a wrong answer is refused before the scheduler or the block manager applies it,
+with the rule it breaks and the case in words. The engine calls its parts as they are."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
+from typing import Any
+
+from minicb.kv.eviction import CachedBlock
+from minicb.parts import EngineParts
+from minicb.scheduler.plan import StepPlan, StepState, plan_step
+from minicb.scheduler.request import RequestView
+
+
+class PlanError(ValueError):
+    """A plan that breaks lesson 02's contract; the message names the rule."""
+
+
+# Lesson 02's rules, each one check_plan names (exercises/lesson02_continuous.py states the whole contract).
+PLAN_RULES = {
+    "victims": "as few victims as the pool needs: nobody gives way while the running requests' next tokens fit the "
+               "pool, and each victim is state.choose_victim's pick among the running requests still in",
+    "runs": "every running request that is not a victim runs, with what state.chunk gives it for the budget left to "
+            "it; the budget serves decode_first's running requests in order before anyone starts, and "
+            "prefill_first's running prompts, then its newcomers, before its running decodes",
+    "starts": "first come, first served: the first of state.line start, each with its chunk, as many as the seats, "
+              "the budget and the pool take; nobody starts after one that cannot, or in a step where someone gave way",
+}
+
+
+def described(state: StepState) -> str:
+    """The state in words, for a message about a plan."""
+    def request(view: RequestView, running: bool) -> str:
+        todo = state.uncomputed(view.request_id)
+        kind = "decode" if todo == 1 else f"{todo} prompt tokens to compute"
+        if running:
+            return (f"{view.request_id} ({kind}; all of them need {state.blocks_to_grow(view.request_id, todo)} new "
+                    f"blocks; gives {state.blocks_freed_by(view.request_id)} back if it gives way)")
+        return f"{view.request_id} ({kind}; all of them need {state.blocks_to_start(view.request_id, todo)} blocks)"
+    return (f"running: {', '.join(request(v, True) for v in state.running) or 'none'}; line: "
+            f"{', '.join(request(v, False) for v in state.line) or 'empty'}; {state.free_seats} free seats, "
+            f"a budget of {state.token_budget} tokens, {state.free_blocks} free blocks, {state.order}")
+
+
+def check_plan(state: StepState, plan: object, expected: StepPlan | None = None) -> None:
+    """Raise PlanError naming the first rule `plan` breaks, with the case in words; `expected` is minicb's
+    plan for the same state (computed when not given)."""
+    if not isinstance(plan, StepPlan):
+        raise PlanError(f"plan_step returned {plan!r}: it must return a StepPlan(runs, starts, victims)")
+    for name in ("runs", "starts"):
+        value = getattr(plan, name)
+        if not isinstance(value, dict) or any(type(n) is not int or n < 1 for n in value.values()):
+            raise PlanError(f"StepPlan.{name} is {value!r}: it maps request_id to a number of tokens (an int >= 1; "
+                            "leave out a request that gets none)")
+    if not isinstance(plan.victims, list):
+        raise PlanError(f"StepPlan.victims is {plan.victims!r}: it is a list of request_ids")
+    running, line = {r.request_id for r in state.running}, {r.request_id for r in state.line}
+    unknown = [i for i in [*plan.runs, *plan.victims] if i not in running] + [i for i in plan.starts if i not in line]
+    if unknown:
+        raise PlanError(f"the plan names {unknown}, which are not running (runs, victims) or in the line (starts): "
+                        f"{described(state)}")
+    if both := set(plan.runs) & set(plan.victims):
+        raise PlanError(f"{sorted(both)} both run and give way: a victim gets no tokens this step")
+    expected = expected or plan_step(state)
+    # In the order the step gives out its budget, so that the first difference is named, not what follows from it.
+    first = {r.request_id for r in state.running
+             if state.order == "decode_first" or state.uncomputed(r.request_id) > 1}
+    for rule, part in (("victims", list), ("runs", first), ("starts", dict), ("runs", dict)):
+        got, want = getattr(plan, rule), getattr(expected, rule)
+        if isinstance(part, set):
+            got, want = ({r: n for r, n in d.items() if r in part} for d in (got, want))
+        if got != want:
+            raise PlanError(f"rule '{rule}': {PLAN_RULES[rule]}. In this case ({described(state)}), the plan has "
+                            f"{rule}={got}, the contract gives {want}")
+
+
+def may_give_way(running: Sequence[RequestView]) -> list[RequestView]:
+    """The running requests choose_victim's contract allows as victims: the least urgent, but never the first
+    in serving order while others run."""
+    first = min(running, key=lambda r: r.rank)
+    least_urgent = max(r.priority for r in running)
+    return [r for r in running if r.priority == least_urgent and (r is not first or len(running) == 1)]
+
+
+def check_victim(candidates: Sequence[RequestView], chosen: object) -> None:
+    """Raise ValueError naming the rule of choose_victim's contract that `chosen` breaks."""
+    by_id = {r.request_id: r for r in candidates}
+    if not isinstance(chosen, str) or chosen not in by_id:
+        raise ValueError(f"choose_victim returned {chosen!r}: it must return the request_id of one of the running "
+                         f"requests it was given ({', '.join(map(repr, by_id))})")
+    if by_id[chosen] in may_give_way(candidates):
+        return
+    least_urgent = max(r.priority for r in candidates)
+    if by_id[chosen].priority < least_urgent:
+        raise ValueError(f"choose_victim picked {chosen!r} (priority {by_id[chosen].priority}) while a less urgent "
+                         f"request (priority {least_urgent}) runs: a victim never has a lower priority value than "
+                         "another running request")
+    raise ValueError(f"choose_victim picked {chosen!r}, the first in serving order, while others run: the oldest of "
+                     "the most urgent requests must always make progress, or a run may never end")
+
+
+def _checked(check: Callable[..., None]) -> Callable[[Callable], Callable]:
+    """A wrapper maker: the part, whose answer check(answer, *its arguments) vets before it is returned."""
+    def wrap(part: Callable) -> Callable:
+        @functools.wraps(part)
+        def checked_part(*args: Any) -> Any:
+            answer = part(*args)
+            check(answer, *args)
+            return answer
+        return checked_part
+    return wrap
+
+
+def _plan(plan: object, state: StepState) -> None:
+    check_plan(state, plan)
+
+
+def _chunk(num_tokens: object, uncomputed: int, *_: Any) -> None:
+    if type(num_tokens) is not int or not 0 <= num_tokens <= uncomputed:
+        raise ValueError(f"chunk_size gave {num_tokens!r} tokens to a request with {uncomputed} uncomputed: a chunk "
+                         "is an int from 0 to the uncomputed tokens")
+
+
+def _victim(chosen: object, candidates: Sequence[RequestView]) -> None:
+    check_victim(candidates, chosen)
+
+
+def _swap(swap: object, victim: RequestView, *_: Any) -> None:
+    if not isinstance(swap, bool):
+        raise ValueError(f"should_swap returned {swap!r} for {victim.request_id!r}: it must return True (swap) or "
+                         "False (recompute)")
+
+
+def _prefix(num_blocks: object, hashes: Sequence[bytes], cached: Mapping[bytes, int]) -> None:
+    if (type(num_blocks) is not int or not 0 <= num_blocks <= len(hashes)
+            or any(h not in cached for h in hashes[:num_blocks])):
+        raise ValueError(f"longest_cached_prefix gave {num_blocks!r} for {len(hashes)} hashes: it counts the "
+                         "leading hashes that are all in `cached`, 0 .. len(hashes)")
+
+
+def _eviction(block: object, candidates: Sequence[CachedBlock]) -> None:
+    if type(block) is not int or block not in [c.block for c in candidates]:
+        raise ValueError(f"choose_eviction returned {block!r}: it must return the `block` of one of its "
+                         f"{len(candidates)} candidates (the cached blocks no table holds)")
+
+
+CHECKS = {"plan_step": _checked(_plan), "chunk_size": _checked(_chunk), "choose_victim": _checked(_victim),
+          "should_swap": _checked(_swap), "longest_cached_prefix": _checked(_prefix),
+          "choose_eviction": _checked(_eviction)}
+
+
+def checked(parts: EngineParts | None = None, **plugged: Any) -> EngineParts:
+    """parts (or EngineParts(**plugged)) with each part that is not minicb's own wrapped in its contract's check."""
+    parts = replace(parts or EngineParts(), **plugged)
+    own = EngineParts()
+    wrapped = {f.name: CHECKS[f.name](getattr(parts, f.name)) for f in fields(parts)
+               if f.name in CHECKS and getattr(parts, f.name) not in (None, getattr(own, f.name))}
+    return replace(parts, **wrapped)

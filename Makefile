@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.minicb-installed
 
-.PHONY: lab workspace test test-any-model test-bf16 demo soak notebooks progress serve fuzz real-model test-real-model test-real-model-lessons
+.PHONY: lab workspace test test-properties test-any-model test-bf16 demo soak notebooks progress serve fuzz real-model test-real-model test-real-model-lessons
 
 # Re-installs only when the dependency list or the pins change, so a second run takes seconds.
 $(STAMP): pyproject.toml constraints.txt
@@ -43,8 +43,16 @@ workspace: $(STAMP)
 # a machine with a GPU, where "auto" would pick it.
 CHECKED_OUTPUTS := env -u MINICB_MODEL -u MINICB_DTYPE MINICB_DEVICE=cpu MINICB_IMPL=solutions
 
+# Two workers (pytest-xdist; WORKERS=1 runs one), each taking a whole test file or lesson at a time: a lesson's
+# cells run in order in one kernel.
+WORKERS ?= 2
 test: $(STAMP)
-	$(CHECKED_OUTPUTS) $(PY) -m pytest tests notebooks --nbval --nbval-current-env
+	$(CHECKED_OUTPUTS) $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n $(WORKERS) --dist loadscope
+
+# The reliability properties at their full count (hypothesis profile "full": 200 random schedules in simulation,
+# 10 on Bard; `make test` runs 50 and 5, `make soak` 10,000 and 500).
+test-properties: $(STAMP)
+	$(PY) -m pytest tests/test_reliability.py --hypothesis-profile=full -q
 
 # Every lesson, top to bottom, on another model: tests/test_any_model.py points MINICB_MODEL at a tiny random-init
 # Qwen2 (with Bard's tokenizer) that it builds, and fails on any cell that raises, naming the lesson and the cell;

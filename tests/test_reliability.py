@@ -14,8 +14,9 @@ them, if it finished normally).
 The simulated runner makes the large run cheap, and it is not blind to the KV cache: its stand-in
 token is a hash of the token ids the sequence reads back through its block table (simulator.py),
 so a lost swap copy, a stale block or a wrong slot changes its tokens. A run 20 times smaller uses
-the real Bard network. `make test` runs the "fast" profile (200 + 10 schedules), `make soak` the
-"soak" one (10,000 + 500); the summary line counts schedules, steps, failing runs and near-ties.
+the real Bard network. `make test` runs the "fast" profile (50 + 5 schedules), `make test-properties` the
+"full" one (200 + 10), `make soak` the "soak" one (10,000 + 500); the summary line counts schedules, steps,
+failing runs and near-ties.
 """
 from __future__ import annotations
 

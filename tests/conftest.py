@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
     # The Triton kernels run on the CPU through the interpreter, which must be on before they are defined.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` runs two workers: one thread each (and in the lessons' kernels), or their OpenMP threads
+    # `make test` runs several workers: one thread each (and in the lessons' kernels), or their OpenMP threads
     # take turns on the cores and each runs slower than alone.
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)

@@ -28,13 +28,14 @@ def allowed(path: Path) -> set[str]:
 def guarded_name(target: ast.expr) -> str | None:
     """The request attribute a write reaches: x.status, or anything under it (x.metrics.token_times[0]). An
     object's own attributes (self.status) are not a request's."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+        return None
     node, found = target, None
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         if isinstance(node, ast.Attribute) and node.attr in PROGRESS | TOKENS:
             found = node.attr
         node = node.value
-    return None if isinstance(node, ast.Name) and node.id == "self" and isinstance(target, ast.Attribute) \
-        and target.value is node else found
+    return found
 
 
 def writes(tree: ast.AST) -> list[tuple[int, str, str]]:

@@ -84,7 +84,7 @@ def compare_greedy_runs(runner, prompt_ids: list[list[int]], got: list[list[int]
     if gap_at is None:
         gap_at = lambda run, step: top2_gap(runner, prompt_ids[run] + want[run][:step])  # noqa: E731
     result = GreedyComparison(len(want), NEAR_TIE_BOUND[runner.dtype] if bound is None else bound)
-    for run, (g, w) in enumerate(zip(got, want, strict=True)):
+    for run, (_, g, w) in enumerate(zip(prompt_ids, got, want, strict=True)):
         if g == w:
             result.same += 1
             continue

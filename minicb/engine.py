@@ -107,8 +107,7 @@ class LLMEngine:
                           f"Raise {c.pool_knob}, or set max_model_len <= "
                           f"{max_seq_tokens}", PoolTooSmallWarning, stacklevel=stacklevel_outside_minicb())
         kv = BlockManager(num_blocks, c.block_size, c.kv_reservation, self.max_model_len, num_swap_blocks,
-                          allocator=parts.allocator, choose_eviction=parts.choose_eviction,
-                          block_hashes=parts.block_hashes)
+                          allocator=parts.allocator, choose_eviction=parts.choose_eviction)
         # The simulator leaves outputs as token ids: detokenising 10,000 requests would dominate its time.
         outputs = OutputProcessor(self.tokenizer, self.runner.config.eos_token_ids, self.max_model_len,
                                   max_seq_tokens, detokenize=not c.simulate)

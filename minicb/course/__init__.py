@@ -41,6 +41,7 @@ from typing import Any
 
 from minicb.course.checkout import REPO_ROOT, find_repo_root
 from minicb.course.contracts import checked
+from minicb.course.pool_rules import explaining
 from minicb.course.predictions import predict, reveal
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
@@ -392,9 +393,12 @@ def allocator_class(mine: type, reference: type) -> tuple[type, dict[Task, list[
 def llm(model: str | None = None, *, lesson: int | None = None, **config: Any) -> LLM:
     """minicb's LLM with this course's parts plugged in (lesson 05's kernel with attn_backend="triton");
     `lesson`: the lesson you are on, whose parts the note lists."""
-    return LLM(model, parts=parts(decode_kernel=config.get("attn_backend") == "triton", lesson=lesson), **config)
+    made = LLM(model, parts=parts(decode_kernel=config.get("attn_backend") == "triton", lesson=lesson), **config)
+    explaining(made.engine)
+    return made
 
 
 def engine(*, lesson: int | None = None, **config: Any) -> LLMEngine:
     """minicb's LLMEngine with this course's parts plugged in; `lesson` as for llm()."""
-    return LLMEngine(parts=parts(decode_kernel=config.get("attn_backend") == "triton", lesson=lesson), **config)
+    return explaining(LLMEngine(parts=parts(decode_kernel=config.get("attn_backend") == "triton", lesson=lesson),
+                                **config))

@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 
 from minicb.kv.eviction import CachedBlock
 from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator, blocks_for
-from minicb.kv.prefix_cache import block_hashes
 
 
 @dataclass(frozen=True)
@@ -48,12 +47,6 @@ class BlockUsage:
     @property
     def empty_reserved_slots(self) -> int:
         return self.reserved_slots - self.token_slots
-
-
-def holders_of(seq_ids: list[str]) -> str:
-    """'a', or 'a' and 'b', or 'a', 'b' and 'c': the sequences holding a block, for a message."""
-    names = [repr(seq_id) for seq_id in seq_ids]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def allocator_state(name: str) -> property:
@@ -73,8 +66,7 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, reservation: str = "paged",
                  max_model_len: int | None = None, num_swap_blocks: int = 0, allocator: type = PagedAllocator,
-                 choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None,
-                 block_hashes: Callable[..., list[bytes]] = block_hashes):
+                 choose_eviction: Callable[[Sequence[CachedBlock]], int] | None = None):
         if reservation not in ("paged", "contiguous"):
             raise ValueError(f"kv_reservation={reservation!r} is unknown; use 'paged' or 'contiguous'")
         if reservation == "contiguous" and max_model_len is None:
@@ -85,14 +77,12 @@ class BlockManager:
         # Prefix caching's state (empty without it).
         self.cached: dict[bytes, int] = {}       # chain hash -> the block holding that prefix's last block
         self.block_hash: dict[int, bytes] = {}   # cached block -> its chain hash (the inverse of cached)
-        # cached block -> (parent hash, its token ids), to check its name
+        # cached block -> (parent hash, its token ids): what course/pool_rules.py checks its name against
         self.block_origin: dict[int, tuple[bytes | None, list[int]]] = {}
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, LRU first
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
         self._prefix_hits: dict[str, list[int]] = {}  # sequence -> the cached blocks its allocate starts with
         self.choose_eviction = choose_eviction  # which evictable block goes first; None: least recently used
-        # the engine's block naming (lesson 10): each cached name is checked against it
-        self.block_hashes = block_hashes
         self.block_stats: dict[int, CachedBlock] = {}  # cached block -> all an eviction policy may know of it
         self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
 
@@ -178,9 +168,6 @@ class BlockManager:
         return self.append_slots(seq_id, num_tokens)
 
     def can_append(self, seq_id: str, num_new_tokens: int = 1, keep_free: int = 0) -> bool:
-        if seq_id not in self.tables:   # named here, not as a KeyError deep in the allocator
-            raise ValueError(f"{seq_id!r} holds no device blocks (was it preempted or swapped out "
-                             "earlier in this step?): only a running sequence can grow")
         return self.allocator.can_append(seq_id, num_new_tokens, keep_free - self._spare_evictable())
 
     def append_slots(self, seq_id: str, num_new_tokens: int = 1) -> list[int]:
@@ -301,118 +288,26 @@ class BlockManager:
         return blocks
 
     def check_invariants(self) -> None:
-        """Every rule the pool keeps, checked on the allocator's state. Raises AssertionError naming
-        the first broken rule, what happened to which block, and what usually causes it.
-
-        The ledger's rule, from lesson 04 on: a device block is in exactly one place, the free list,
-        the prefix cache's LRU (evictable), or the tables of the sequences holding it, and its ref
-        count is the number of those sequences (more than one only for a cached prefix, lesson 10)."""
-        tables, swapped, num_tokens = self.tables, self.swapped, self.num_tokens
-        holders: dict[int, list[str]] = {}
-        for seq_id, table in tables.items():
-            for block in table:
-                holders.setdefault(block, []).append(seq_id)
-        free = Counter(self.free_blocks)
-        strays = sorted(b for b in holders.keys() | free.keys() | set(self.evictable)
-                        if not 0 <= b < self.num_blocks)
-        assert not strays, f"block ids {strays} are not in the pool of {self.num_blocks}"
-        assert len(self.ref_counts) == self.num_blocks, (
-            f"ref_counts needs one entry per block ({self.num_blocks})")
-        twice = sorted(block for block, n in free.items() if n > 1)
-        assert not twice, (f"block {twice[0]} returned twice: it is on the free list {free[twice[0]]} times; "
-                           "a block goes back once, when its ref count reaches 0")
-        for where, blocks in (("on the free list", free), ("in the prefix cache's LRU", self.evictable)):
-            early = sorted(block for block in blocks if block in holders)
-            assert not early, (
-                f"block {early[0]} returned twice: it is {where} while {holders_of(holders[early[0]])} still "
-                f"{'holds' if len(holders[early[0]]) == 1 else 'hold'} it (ref count "
-                f"{self.ref_counts[early[0]]}); free gives a block back only when its ref count "
-                "reaches 0, that is when no sequence holds it any more")
-        for block, seqs in sorted(holders.items()):
-            count = self.ref_counts[block]
-            assert count == len(seqs), (
-                f"block {block}: ref count {count}, but {len(seqs)} sequence(s) hold it "
-                f"({holders_of(seqs)}): its ref count is the number of sequences holding it; "
-                "taking it adds 1, each holder's free subtracts 1")
-        shared = sorted(block for block, seqs in holders.items()
-                        if len(seqs) > 1 and block not in self.block_hash)
-        assert not shared, (f"block {shared[0]} is in two tables at once "
-                            f"({holders_of(holders[shared[0]])}) but is no cached prefix: "
-                            "a block taken must leave the free list, and only a cached block is shared")
-        unheld = sorted(block for block in free.keys() | set(self.evictable) if self.ref_counts[block] != 0)
-        assert not unheld, (f"block {unheld[0]} is free with ref count {self.ref_counts[unheld[0]]}: "
-                            "a block no sequence holds has ref count 0")
-        lost = sorted(set(range(self.num_blocks)) - holders.keys() - free.keys() - set(self.evictable))
-        assert not lost, (f"blocks lost: {len(lost)} of {self.num_blocks} are neither free nor held "
-                          f"(block {lost[0]}, ref count {self.ref_counts[lost[0]]}): " + (
-                              "free puts a block back on the free list when its ref count reaches 0"
-                              if self.ref_counts[lost[0]] == 0 else
-                              "no table lists it, yet its ref count says a sequence holds it: a block leaves "
-                              "a table only when its holder frees it, subtracting 1"))
-        uncounted = sorted(tables.keys() - num_tokens.keys())
-        assert not uncounted, (
-            f"{uncounted[0]!r} has a table but no token count: allocate records num_tokens[seq_id]")
-        uncounted = sorted(swapped.keys() - num_tokens.keys())
-        assert not uncounted, (f"{uncounted[0]!r} is still in swapped but has no token count: does free "
-                               "give a swapped sequence's CPU blocks back and forget it in swapped?")
-        orphans = sorted(num_tokens.keys() - tables.keys() - swapped.keys())
-        assert not orphans, (
-            f"{orphans[0]!r} still has a token count but no blocks: free must forget it everywhere")
-        for seq_id, table in tables.items():
-            assert len(table) * self.block_size >= num_tokens[seq_id], (
-                f"{seq_id!r}'s table has {len(table) * self.block_size} slots for {num_tokens[seq_id]} "
-                "tokens: a sequence needs a new block whenever its last one is full")
-        both = sorted(swapped.keys() & tables.keys())
-        assert not both, f"{both} are on the device and swapped at once"
-        swap_held = Counter(block for blocks in swapped.values() for block in blocks)
-        swap_free = Counter(self.free_swap_blocks)
-        twice = sorted(b for b, n in (swap_held + swap_free).items() if n > 1)
-        assert not twice, f"swap blocks {twice} are held twice, or held and free at once"
-        lost = self.num_swap_blocks - len(swap_held) - len(swap_free)
-        assert lost == 0, (f"swap blocks lost: {lost} of {self.num_swap_blocks} are neither free nor held "
-                           "— does free give a swapped sequence's CPU blocks back?")
-        for seq_id, blocks in swapped.items():
-            assert len(blocks) * self.block_size >= num_tokens[seq_id], (
-                f"{seq_id!r}'s swap copy is too short")
-        self._check_prefix_cache(free.keys())
-
-    def _check_prefix_cache(self, free: set[int]) -> None:
-        """Prefix caching's rules (check_invariants has checked that every block is in one place: free
-        list, LRU, or tables): names map both ways, and each name is the one the engine's naming gives the
-        tokens the block was cached with, after its parent's name."""
-        evictable = set(self.evictable)
-        both = sorted(evictable & free)
-        assert not both, f"blocks {both} are evictable and also free: one place per block"
-        named = sorted(block for block in free if block in self.block_hash)
-        assert not named, f"blocks {named} are on the free list with a prefix hash: eviction must drop it"
-        unnamed = sorted(evictable - self.block_hash.keys())
-        assert not unnamed, f"blocks {unnamed} are evictable but cached under no hash"
-        assert self.block_stats.keys() == self.block_hash.keys(), "block_stats and block_hash disagree"
-        assert len(self.cached) == len(self.block_hash) and all(
-            self.block_hash.get(block) == h
-            for h, block in self.cached.items()), "cached and block_hash disagree"
-        for block, h in self.block_hash.items():
-            parent, token_ids = self.block_origin[block]
-            assert self.block_hashes(token_ids, self.block_size, parent) == [h], (
-                f"block {block}'s prefix hash is not the name block_hashes gives "
-                "the tokens it was cached with")
-
-    def check_cached_content(self, seq_id: str, token_ids: list[int], names: list[bytes]) -> None:
-        """Every cached block in seq_id's table was cached for the prefix the sequence has there: the same
-        tokens in the block, after the same names (`names`, the sequence's own block names). Block by block
-        from the start, that is the whole prefix, whatever the naming: a block whose slots were overwritten
-        under its old name fails, and so does a name that two different prefixes share (a hit would read
-        another prompt's K/V)."""
-        size = self.block_size
-        for i, block in enumerate(self.tables.get(seq_id, [])[:len(names)]):
-            if block in self.block_origin:
-                parent, cached_ids = self.block_origin[block]
-                assert cached_ids == token_ids[i * size:(i + 1) * size], (
-                    f"{seq_id!r}'s block {i} (block {block}) is cached under other tokens than "
-                    "the sequence's")
-                assert parent == (names[i - 1] if i else None) and self.block_hash[block] == names[i], (
-                    f"{seq_id!r}'s block {i} (block {block}) was cached after another prefix than "
-                    "the sequence's, under the same name: block_hashes gave two different prefixes one name")
+        """The ledger (EngineConfig.check_kv_invariants): each block is in one place, its ref count counts
+        its holders, and each table covers its tokens. minicb/course/pool_rules.py says what breaks a rule."""
+        held = Counter(block for table in self.tables.values() for block in table)
+        places = Counter(self.free_blocks) + Counter(self.evictable.keys()) + Counter(held.keys())
+        pool = set(range(self.num_blocks))
+        odd = sorted(b for b in places.keys() | pool if places[b] != 1 or b not in pool)
+        assert not odd, f"blocks {odd} are not in exactly one place: the free list, the LRU or tables"
+        wrong = [b for b in range(self.num_blocks) if self.ref_counts[b] != held[b]]
+        assert not wrong, f"blocks {wrong}: the ref count is not the number of tables holding the block"
+        assert all(n == 1 or b in self.block_hash for b, n in held.items()), "an unnamed block is shared"
+        assert not self.block_hash.keys() & set(self.free_blocks), "a free block keeps its prefix hash"
+        assert self.evictable.keys() <= self.block_hash.keys(), "an evictable block has no prefix hash"
+        assert self.cached == {h: b for b, h in self.block_hash.items()}, "cached and block_hash disagree"
+        seqs = self.tables.keys() | self.swapped.keys()
+        assert self.num_tokens.keys() == seqs, "num_tokens and the tables disagree"
+        assert not self.tables.keys() & self.swapped.keys(), "a sequence is on the device and swapped"
+        for seq_id, blocks in [*self.tables.items(), *self.swapped.items()]:
+            assert len(blocks) * self.block_size >= self.num_tokens[seq_id], f"{seq_id!r} has too few slots"
+        swap = Counter(self.free_swap_blocks) + Counter(b for cpu in self.swapped.values() for b in cpu)
+        assert swap == Counter(range(self.num_swap_blocks)), "a swap block is lost, or in two places"
 
     def _release(self, blocks: list[int]) -> None:
         for block in blocks:

@@ -169,12 +169,9 @@ class SchedulerBase(ABC):
         return self.kv.block_map()
 
     def check_invariants(self) -> None:
-        """The pool's own rules, and: every request holding KV holds slots for exactly the tokens it
-        has computed (a victim that kept this step's slots, or a chunk never counted, breaks it)."""
+        """The pool's ledger, and each request holding KV holds slots for exactly its computed tokens."""
         self.kv.check_invariants()
         for req in self.holding_kv():
             held = self.kv.num_tokens.get(req.request_id)
             assert held == req.num_computed_tokens, (f"{req.request_id!r} holds KV slots for {held} tokens "
                                                      f"but has computed {req.num_computed_tokens}")
-            if self.kv.block_origin:
-                self.kv.check_cached_content(req.request_id, req.all_token_ids, req.block_hashes)

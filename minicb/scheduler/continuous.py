@@ -235,25 +235,15 @@ class ContinuousScheduler(SchedulerBase):
 
     def run(self, req: Request, num_tokens: int, step: Step) -> None:
         """A running request computes num_tokens more tokens this step."""
-        if req not in self.running:
-            raise ValueError(f"{req.request_id!r} is not running; start it first (sched.start)")
-        self._check_budget(req, num_tokens, step)
         self.kv.append_slots(req.request_id, num_tokens)
         self._add_chunk(req, num_tokens, step, prefill=self.uncomputed(req) > 1)
 
     def start(self, req: Request, num_tokens: int, step: Step, cached_tokens: int = 0) -> None:
         """The head of the queue starts, with its first num_tokens tokens after the cached_tokens of its
         prefix hit (set with kv.set_prefix_hit)."""
-        if not self.waiting or self.waiting[0] is not req:
-            raise ValueError(f"{req.request_id!r} may not start before {self.waiting[0].request_id!r}: "
-                             "first come, first served starts only the head of the queue")
-        if self.free_seats == 0:
-            raise ValueError(f"{req.request_id!r} cannot start: all max_num_seqs={self.config.max_num_seqs} "
-                             "seats are taken")
-        self._check_budget(req, num_tokens, step)
         req.num_computed_tokens = cached_tokens
         self.kv.allocate(req.request_id, num_tokens)   # after its prefix hit's blocks, if it has one
-        self.waiting.popleft()
+        self.waiting.remove(req)
         self._resume(req, step)
         step.out.admitted.append(req.request_id)
         step.out.cached_tokens += req.num_computed_tokens
@@ -301,12 +291,6 @@ class ContinuousScheduler(SchedulerBase):
         num_full = req.num_computed_tokens // self.kv.block_size
         if num_full > self.kv.cached_upto[req.request_id]:
             self.kv.cache_full_blocks(req.request_id, self._block_hashes(req, num_full), req.all_token_ids)
-
-    def _check_budget(self, req: Request, num_tokens: int, step: Step) -> None:
-        if num_tokens < 1 or (num_tokens > step.token_budget and not step.is_empty):
-            raise ValueError(f"{num_tokens} tokens for {req.request_id!r} do not fit the {step.token_budget} "
-                             "left of the step's max_num_batched_tokens "
-                             "(only a step that runs nothing else may overflow)")
 
     def _add_chunk(self, req: Request, num_tokens: int, step: Step, prefill: bool) -> None:
         step.out.chunks.append(ScheduledChunk.of(req, num_tokens, self.kv.tables[req.request_id], prefill))

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from minicb import course
 from minicb.course import REPO_ROOT, Task
 from minicb.course.contracts import checked
+from minicb.course.pool_rules import explaining
 from minicb.engine import LLMEngine
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
@@ -55,7 +56,8 @@ def ids(n: int) -> list[int]:
 def simulated_engine(parts: EngineParts | None = None, **config) -> LLMEngine:
     """The engine on the simulator (exact, repeatable tokens), with the pool checked every step, and the parts
     checked against their contracts at the seam, as course.parts() plugs a learner's in."""
-    return LLMEngine(parts=checked(parts), **{"device": "cpu", "simulate": True, "check_kv_invariants": True, **config})
+    return explaining(LLMEngine(parts=checked(parts),
+                                **{"device": "cpu", "simulate": True, "check_kv_invariants": True, **config}))
 
 
 def add(engine: LLMEngine, prompt_lengths: list[int], max_tokens: int = 8, priorities: list[int] | None = None) -> None:

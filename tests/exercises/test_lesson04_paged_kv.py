@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from minicb import course
 from minicb.engine import LLMEngine
+from minicb.course.pool_rules import check_pool
 from minicb.kv.block_manager import BlockManager
 from minicb.kv.paged_allocator import NoFreeBlocks, PagedAllocator
 from minicb.parts import EngineParts
@@ -516,11 +517,11 @@ def serve_and_check(allocator_cls: type, **config) -> None:
     lengths, aborted = {}, None
     while engine.has_unfinished_requests():
         lengths |= {o.request_id: len(o.outputs[0].token_ids) for o in step(engine) if o.finished}
-        bm.check_invariants()
+        check_pool(bm)
         if aborted is None and bm.swapped:
             aborted = next(iter(bm.swapped))
             engine.abort(aborted)
-            bm.check_invariants()
+            check_pool(bm)
     assert any(step.preempted for step in engine.trace.steps), "the pool was meant to be small enough to preempt"
     if config.get("preemption_mode") == "swap":
         assert aborted is not None, "a request was meant to be swapped out (and aborted there)"
@@ -581,7 +582,7 @@ def test_lesson04_task1_allocate_runs_contiguous_reservation():
     table = bm.allocate("x", 1)
     assert len(table) == 4, f"contiguous: the BlockManager passes reserve_tokens=16, so 4 blocks of 4, not {table}"
     assert bm.num_tokens["x"] == 1, "num_tokens records the tokens, not the reserve"
-    bm.check_invariants()
+    check_pool(bm)
 
 
 # --- task 1: can_append and append_slots ------------------------------------------------------------

@@ -84,7 +84,7 @@ def choose_eviction(candidates: Sequence[CachedBlock]) -> int:
     The outcome (graded on workloads it has not seen): requests whose prompts begin with one of a few
     hot prologues, used again and again, or with a cold one, used once, in a pool too small to keep
     everything. In half the workloads the hot prologues stay hot; in the other half they change halfway
-    through (minicb.kv.eviction.hot_and_cold_prompts(seed, phases=2)), and what was hot is not asked for
+    through (minicb.lab.workload.hot_and_cold_prompts(seed, phases=2)), and what was hot is not asked for
     again. Your policy's prefix-cache hit rate must beat least recently used's by at least 3 percentage
     points on every workload, with every request's tokens unchanged.
     """

@@ -133,3 +133,24 @@ def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True)
                     results[ids[out.request_id]] = out
                     bar.update()
     return [results[i] for i in range(len(workload))]
+
+
+def hot_and_cold_prompts(seed: int, num_requests: int = 200, num_hot: int = 3, prologue_tokens: int = 16,
+                         hot_share: float = 0.5, vocab_size: int = 2000, phases: int = 1) -> list[list[int]]:
+    """Token-id prompts that an eviction policy is measured on (lesson 10, task 2): each begins with one
+    of num_hot hot prologues (with probability hot_share), used again and again, or with a cold one of
+    its own, used once, and ends in a tail of 1 to 6 tokens of its own. With phases > 1 the requests come
+    in that many equal parts, each with hot prologues of its own: what was hot goes cold, as traffic does
+    when a new system prompt ships."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(3, vocab_size) for _ in range(n)]
+
+    prompts = []
+    for phase in range(phases):
+        hot = [tokens(prologue_tokens) for _ in range(num_hot)]
+        part = num_requests // phases + (phase < num_requests % phases)
+        prompts += [(rng.choice(hot) if rng.random() < hot_share else tokens(prologue_tokens))
+                    + tokens(rng.randrange(1, 7)) for _ in range(part)]
+    return prompts

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb import course
-from minicb.kv.eviction import CachedBlock, hot_and_cold_prompts
+from minicb.kv.eviction import CachedBlock
+from minicb.lab.workload import hot_and_cold_prompts
 from minicb.llm import LLM
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams

@@ -1,16 +1,6 @@
-"""LLMEngine: the vLLM-shaped core of minicb. It talks only to the scheduler and the runner.
-
-One engine step, as data:
-
-    scheduler.schedule()               -> SchedulerOutput   which requests run, how many tokens each
-                                                            (plain data)
-    build_flat_batch(chunks)           -> FlatBatch         the flat tensors the model runs on
-    runner.execute(batch, sampling)    -> one token per request that reached its last known token
-    scheduler.update_from_output       -> progress recorded; finished requests leave (continuous: at once)
-    trace.record_step                  -> one StepRecord
-
-The engine writes no request's state: the scheduler alone does.
-"""
+"""LLMEngine: the vLLM-shaped core. One step: scheduler.schedule() -> SchedulerOutput (plain data) ->
+build_flat_batch -> runner.execute -> scheduler.update_from_output -> trace.record_step. The engine talks
+only to the scheduler and the runner, and writes no request's state."""
 from __future__ import annotations
 
 import sys
@@ -34,22 +24,19 @@ from minicb.scheduler import build_scheduler
 from minicb.scheduler.output import SchedulerOutput
 from minicb.scheduler.output_processor import OutputProcessor
 from minicb.scheduler.request import Request, RequestMetrics, RequestOutput, RequestStatus
-from minicb.stats.trace import Trace
+from minicb.stats.trace import Trace, block_map
 
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 
 class PoolTooSmallWarning(UserWarning):
-    """The KV pool cannot hold one max_model_len sequence (vLLM refuses to start; minicb warns, since
-    the lessons shrink the pool on purpose)."""
+    """The KV pool cannot hold one max_model_len sequence (vLLM refuses to start; the lessons need it)."""
 
 
 def fit_max_model_len(config: EngineConfig, model_limit: int, pool_tokens: int) -> tuple[int, str]:
-    """max_model_len, and the fix to name for a prompt over it. Unset, it is the model's limit, capped, as
-    vLLM caps it, to what a pool sized from kv_cache_memory_mb holds, so that every length it allows can
-    be served. An explicit num_blocks is a pool chosen on purpose (the lessons shrink it): no cap,
-    a warning."""
+    """max_model_len, and the fix to name for a prompt over it. Unset, it is the model's limit, capped (as
+    vLLM does) to what a pool sized from kv_cache_memory_mb holds; an explicit num_blocks is not capped."""
     if config.max_model_len is not None:
         if config.max_model_len > model_limit:
             raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds the model's "
@@ -63,8 +50,7 @@ def fit_max_model_len(config: EngineConfig, model_limit: int, pool_tokens: int) 
 
 
 def stacklevel_outside_minicb() -> int:
-    """The stacklevel that makes warnings.warn, called by the caller of this function, name the first line
-    outside minicb: the user's own call, not LLM's or AsyncLLM's call of LLMEngine."""
+    """The stacklevel at which a warning names the user's own line, the first outside minicb."""
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
@@ -73,8 +59,7 @@ def stacklevel_outside_minicb() -> int:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, parts: EngineParts | None = None, **overrides):
-        """parts: the seam where the course plugs in a learner's scheduler parts, batch builder,
-        allocator or kernel (minicb/parts.py); None runs minicb's own."""
+        """parts: the course's seam (minicb/parts.py); None runs minicb's own."""
         self.config = c = config or EngineConfig(**overrides)
         self.parts = parts = parts or EngineParts()
         device = resolve_device(c.device)
@@ -116,14 +101,12 @@ class LLMEngine:
         self.trace = Trace(num_seats=c.max_num_seqs, max_steps=c.trace_max_steps)
         self.requests: dict[str, Request] = {}
         self._pending_outputs: list[RequestOutput] = []   # rejected or aborted, returned by the next step
-        # Held by step() except during the forward, so that abort_if_waiting, from another thread, never
-        # changes the queues while the step reads them, and never waits out a long forward either.
+        # Held by step() except during the forward: abort_if_waiting, from another thread, never changes
+        # the queues while the step reads them, and never waits out a forward.
         self.bookkeeping = threading.Lock()
         self._next_id = 0
         self.num_preemptions = 0   # engine lifetime, for a server's counter (each request counts its own too)
         self.clock = self.runner.clock
-
-    # --- requests in -------------------------------------------------------------------------
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(prompt, self.tokenizer, self.runner.config.vocab_size, self.max_model_len,
@@ -132,8 +115,7 @@ class LLMEngine:
     def make_request(self, prompt: Prompt, params: SamplingParams | None = None,
                      request_id: str | None = None, arrival_time: float | None = None,
                      priority: int = 0) -> Request:
-        """Validate everything about a request and build it, without queueing it: a caller with many
-        requests builds them all first, so one bad request queues none."""
+        """Validate and build a request without queueing it: one bad request in a batch queues none."""
         params = check_params_and_priority(params, priority, self.config.scheduling_policy)
         ids = self.encode(prompt)
         if request_id is None:
@@ -153,7 +135,6 @@ class LLMEngine:
         return self.queue(self.make_request(prompt, params, request_id, arrival_time, priority))
 
     def queue(self, req: Request) -> str:
-        """Hand a request from make_request to the scheduler, which queues it or turns it away."""
         if req.request_id in self.requests:
             raise ValueError(f"request id {req.request_id!r} is already in use; give a new one or None")
         self.requests[req.request_id] = req
@@ -165,7 +146,6 @@ class LLMEngine:
         return req.request_id
 
     def abort(self, request_id: str, reason: str = "aborted by the caller") -> None:
-        """reason: what the aborted output's `reason` says, e.g. why a server gave up on the request."""
         req = self.requests.get(request_id)
         if req is None:
             raise KeyError(f"no request with id {request_id!r} is in the engine (a finished request leaves "
@@ -175,34 +155,29 @@ class LLMEngine:
             self._hand_back_later(req)
 
     def fail(self, request_id: str, reason: str) -> None:
-        """End an unfinished request with finish_reason "error", e.g. when a step failed around it: what the
-        half-done step left in its state cannot be trusted, and its blocks go back to the pool."""
+        """End an unfinished request with finish_reason "error" (a step failed around it)."""
         req = self.requests[request_id]
         if not req.status.finished:
             self.scheduler.fail(req, reason)
             self._hand_back_later(req)
 
     def _hand_back_later(self, req: Request) -> None:
-        """A request ended outside a step (rejected, aborted): its output goes back with the next step."""
         self.trace.release(req.request_id)
         self._pending_outputs.append(RequestOutput.of(req))
 
     def idle_until(self, t: float) -> None:
-        """Nothing to do until t (the next arrival): wait for it (the simulator's clock jumps there)."""
+        """Wait for t, the next arrival (the simulator's clock jumps there)."""
         self.runner.advance_to(t)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending_outputs)
-
-    # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
         with self.bookkeeping:
             return self._step()
 
     def abort_if_waiting(self, request_id: str, reason: str) -> bool:
-        """abort() for another thread, at once even while a step runs: only a request that is queued (it
-        holds nothing, and no step is deciding about it now). False if it is not: abort() it between steps."""
+        """abort() from another thread, even during a forward, of a queued request only; False otherwise."""
         if not self.bookkeeping.acquire(blocking=False):   # the step is scheduling or recording: moments
             return False
         try:
@@ -224,8 +199,7 @@ class LLMEngine:
         self.num_preemptions += len(out.preempted)
         self.trace.note_preemptions(out)
         if out.is_empty:
-            # A priority preemption emptied the step (the next one admits), or an abort left a static
-            # batch with only finished members, which must still be released and returned.
+            # A priority preemption emptied the step, or an abort left a static batch of finished members.
             return self._finish_step(out, {}, start, start, outputs, context_tokens=None)
         batch = self.parts.build_flat_batch(sequence_chunks(out), self.config.block_size, self.runner.device)
         due = out.sampling
@@ -245,9 +219,9 @@ class LLMEngine:
             for req in returned:
                 self.trace.release(req.request_id)
         else:
-            self.trace.record_step(out, start, end, returned, context_tokens, self.scheduler.kv_usage(),
+            self.trace.record_step(out, start, end, returned, context_tokens, self.scheduler.kv.usage(),
                                    self.scheduler.num_waiting,
-                                   self.scheduler.kv_block_map() if self.config.trace_kv_blocks else None)
+                                   block_map(self.scheduler.kv) if self.config.trace_kv_blocks else None)
         if self.config.check_kv_invariants:
             self.scheduler.check_invariants()
         shown = [self.requests[rid] for rid in sampled] if self.scheduler.streams_tokens else returned
@@ -258,7 +232,6 @@ class LLMEngine:
         return outputs
 
     def _copy_blocks(self, out: SchedulerOutput) -> None:
-        """Run the step's swaps in the order the scheduler decided them, before the forward reuses
-        any freed block (see SchedulerOutput.block_copies)."""
+        """The step's swaps, in the scheduler's order, before the forward reuses a freed block."""
         for copy in out.block_copies:
             (self.runner.swap_out if copy.to_cpu else self.runner.swap_in)(copy.pairs)

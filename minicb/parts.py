@@ -1,9 +1,5 @@
-"""EngineParts: the one seam where the course plugs a learner's code into the real engine.
-
-Each field is a part a lesson asks you to write; the defaults are minicb's own, complete
-implementations. `minicb.course` fills the fields from exercises/ (yours) or solutions/ (the
-reference), and the engine runs whatever it is given, in every configuration, so a lesson's cells
-run your code.
+"""EngineParts: the seam where the course plugs a learner's code into the engine. Each field is one
+lesson's part; defaults are minicb's own. `minicb.course` fills them from exercises/ or solutions/.
 
     lesson 02  plan_step(state) -> StepPlan              who gives way, who runs how many tokens, who starts
     lesson 03  build_flat_batch(chunks, block_size, device) -> FlatBatch

@@ -52,7 +52,7 @@ async def until(condition, timeout: float = 60) -> None:   # liveness, generous 
 
 
 def pool_is_empty(llm: AsyncLLM) -> bool:
-    return not llm.engine.requests and llm.engine.scheduler.kv_usage().owned_blocks == 0
+    return not llm.engine.requests and llm.engine.scheduler.kv.usage().owned_blocks == 0
 
 
 def test_the_loop_sleeps_while_idle_and_wakes_for_a_request(llm, loop, monkeypatch):

@@ -1,29 +1,6 @@
-"""The KV block manager: the only owner of KV-cache block ids.
-
-The cache is a pool of fixed-size blocks (block_size token slots each). A sequence holds a block
-table, the list of its blocks in order; token i of the sequence lives in slot i % block_size of
-block table[i // block_size]. PagedAllocator (lesson 04, minicb/kv/paged_allocator.py) hands blocks out
-and takes them back; BlockManager is the scheduler's view over one allocator: how much to reserve,
-truncation, swapping and inspection. Two ways to reserve, which lesson 04 compares:
-
-- "contiguous": reserve room for max_model_len tokens when a sequence starts, as servers did
-  before paging. Simple, and most of it sits empty for most of the sequence's life.
-- "paged": give a sequence blocks for the tokens it has, and one more block only when its last
-  block fills. Memory follows real tokens, so more sequences fit.
-
-A second, smaller pool in CPU memory takes the blocks of sequences that are swapped out under
-memory pressure (lesson 06); swap_out/swap_in return the (from, to) block pairs the runner copies.
-
-With prefix caching (EngineConfig.enable_prefix_caching, minicb/kv/prefix_cache.py), a block full of
-computed tokens gets a name, the chain hash of the prefix it ends, and a later sequence with the same
-prefix starts its table with it: a block may then be in several tables, its ref count saying how
-many. A cached block that no table holds is kept, in an LRU, until allocation runs short: the free
-list holds only unnamed blocks, so they go first, and then the least recently used cached blocks are
-evicted (they lose their name, since their slots will be overwritten). The allocator never knows:
-BlockManager moves blocks between its free list and the LRU around its calls. Without caching nothing
-is ever named and all of this stays empty. Which cached block goes first is a policy (lesson 10,
-task 2: choose_eviction, minicb/kv/eviction.py); without one, the LRU's order decides.
-"""
+"""The KV block manager (lessons 04, 06, 10): the only owner of block ids. A reservation policy over one
+allocator (PagedAllocator or a learner's), plus what it leaves out: truncation, swapping, prefix caching
+and inspection. A cached block no table holds waits in an LRU until allocation needs it."""
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
@@ -50,13 +27,11 @@ class BlockUsage:
 
 
 def allocator_state(name: str) -> property:
-    """The allocator's attribute `name`, read through the BlockManager (it holds no state of its own)."""
+    """The allocator's attribute `name`: the allocator holds the ledger."""
     return property(lambda self: getattr(self.allocator, name))
 
 
 class BlockManager:
-    """The scheduler's view of the pool: a reservation policy over one allocator (PagedAllocator or a
-    learner's), plus what the allocator leaves out: truncating a victim, swapping, and inspection."""
     free_blocks = allocator_state("free_blocks")
     ref_counts = allocator_state("ref_counts")
     tables = allocator_state("tables")
@@ -74,7 +49,7 @@ class BlockManager:
         self.num_blocks, self.block_size, self.num_swap_blocks = num_blocks, block_size, num_swap_blocks
         self.reservation, self.max_model_len = reservation, max_model_len
         self.allocator = allocator(num_blocks, block_size, num_swap_blocks)
-        # Prefix caching's state (empty without it).
+        # Prefix caching's state, empty without it.
         self.cached: dict[bytes, int] = {}       # chain hash -> the block holding that prefix's last block
         self.block_hash: dict[int, bytes] = {}   # cached block -> its chain hash (the inverse of cached)
         # cached block -> (parent hash, its token ids): what course/pool_rules.py checks its name against
@@ -82,45 +57,36 @@ class BlockManager:
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks no table holds, LRU first
         self.cached_upto: dict[str, int] = {}    # per table: its leading blocks already offered to the cache
         self._prefix_hits: dict[str, list[int]] = {}  # sequence -> the cached blocks its allocate starts with
-        self.choose_eviction = choose_eviction  # which evictable block goes first; None: least recently used
+        self.choose_eviction = choose_eviction  # None: least recently used
         self.block_stats: dict[int, CachedBlock] = {}  # cached block -> all an eviction policy may know of it
         self._released = 0   # cached blocks released so far: the clock of CachedBlock.last_used
 
     def _reserve(self, reserve_tokens: int) -> int:
-        """Tokens to reserve room for: contiguous reservation asks for max_model_len every time."""
         return max(reserve_tokens, self.max_model_len) if self.reservation == "contiguous" else reserve_tokens
 
     def blocks_to_reserve(self, num_tokens: int, reserve_tokens: int) -> int:
         return blocks_for(max(num_tokens, self._reserve(reserve_tokens)), self.block_size)
 
     def set_prefix_hit(self, seq_id: str, blocks: list[int]) -> None:
-        """seq_id's next allocate starts its table with these cached blocks (its prompt's prefix hit).
-        Until then no allocation evicts them, and can_allocate does not count them as blocks it could
-        evict. Several sequences may hold a hit at once (all who start in a step)."""
+        """seq_id's next allocate starts its table with these cached blocks; until then none is evicted."""
         if blocks:
             self._prefix_hits[seq_id] = blocks
         else:
             self._prefix_hits.pop(seq_id, None)
 
     def _promised(self) -> set[int]:
-        """Evictable blocks that a pending prefix hit will reuse."""
         return {block for hit in self._prefix_hits.values() for block in hit if block in self.evictable}
 
     def _spare_evictable(self) -> int:
-        """Cached blocks allocation may evict: every evictable one but those a pending prefix hit will
-        reuse."""
         return len(self.evictable) - len(self._promised())
 
     def available_blocks(self) -> int:
-        """Blocks the pool can hand out now: free ones and cached ones no table holds (evictable)."""
+        """Free blocks and cached ones no table holds."""
         return len(self.free_blocks) + len(self.evictable)
 
     def blocks_to_start(self, seq_id: str, num_tokens: int, hit: Collection[int] = ()) -> int:
-        """Of available_blocks, those a sequence that holds none on the device takes to run its first
-        num_tokens tokens: a swapped one brings its blocks back and grows; a new one gets blocks for the
-        tokens after its prefix hit `hit` (with contiguous reservation, for max_model_len), and its hit's
-        blocks that no table holds stop being evictable. Two starts whose hits share such a block count
-        it twice: a step may start fewer than would fit, never more."""
+        """Of available_blocks, those a swapped or new sequence (after its prefix hit `hit`) takes to run its
+        first num_tokens. Two hits sharing an evictable block count it twice: never too few."""
         if seq_id in self.swapped:
             return max(len(self.swapped[seq_id]),
                        blocks_for(self.num_tokens[seq_id] + num_tokens, self.block_size))
@@ -128,21 +94,18 @@ class BlockManager:
         return self.blocks_to_reserve(num_tokens, 0) + reused
 
     def blocks_freed_by(self, seq_id: str) -> int:
-        """Blocks the pool gets back if this running sequence gives way (those no other table holds)."""
+        """Blocks the pool gets back if this sequence gives way: those no other table holds."""
         return sum(self.ref_counts[block] == 1 for block in self.tables[seq_id])
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, keep_free: int = 0) -> bool:
         """With a prefix hit set, num_tokens counts the tokens after the hit's blocks."""
-        # Evictable blocks are as good as free (allocate evicts before the allocator takes); the
-        # allocator, which knows only its free list, sees them as that much less to keep free.
+        # The allocator knows only its free list: evictable blocks count as that much less to keep free.
         return self.allocator.can_allocate(num_tokens, self._reserve(reserve_tokens),
                                            keep_free - self._spare_evictable())
 
     def allocate(self, seq_id: str, num_tokens: int, reserve_tokens: int = 0) -> list[int]:
-        """Start a sequence's table with slots for num_tokens, and room for at least reserve_tokens
-        (static batching reserves prompt + max_tokens) or max_model_len (contiguous reservation).
-        After set_prefix_hit(seq_id, blocks) (paged reservation only) the table starts with those
-        cached blocks, and num_tokens counts the tokens after them."""
+        """A table with slots for num_tokens and room for reserve_tokens (or max_model_len, contiguous). After
+        set_prefix_hit it starts with the hit's blocks, and num_tokens counts the tokens after them."""
         hit = self._prefix_hits.get(seq_id)
         if not hit:
             self._evict(self.blocks_to_reserve(num_tokens, reserve_tokens))
@@ -185,9 +148,7 @@ class BlockManager:
             self._park(freed[::-1])
 
     def cache_full_blocks(self, seq_id: str, hashes: list[bytes], token_ids: list[int]) -> None:
-        """Name seq_id's blocks that are full of computed tokens: hashes[i] is the chain hash of its
-        block i, token_ids its tokens (at least those blocks'). Each block is offered once; a hash
-        already cached under another block keeps that block (both hold the same K/V)."""
+        """Name seq_id's full blocks: hashes[i] is block i's chain hash. A cached hash keeps its block."""
         table, size = self.tables[seq_id], self.block_size
         for i in range(self.cached_upto[seq_id], len(hashes)):
             if hashes[i] not in self.cached:
@@ -198,8 +159,7 @@ class BlockManager:
         self.cached_upto[seq_id] = max(self.cached_upto[seq_id], len(hashes))
 
     def _evict(self, needed: int) -> None:
-        """Until the free list has `needed` blocks, evict a cached block no table holds (the policy's
-        choice): it loses its name (its slots will be overwritten) and joins the free list."""
+        """Evict cached blocks no table holds until `needed` are free: each loses its name."""
         promised = self._promised()
         while len(self.free_blocks) < needed and len(self.evictable) > len(promised):
             block = self._eviction_choice(promised)
@@ -215,9 +175,8 @@ class BlockManager:
         return self.choose_eviction(tuple(self.block_stats[block] for block in candidates))
 
     def _park(self, blocks: list[int]) -> None:
-        """Blocks that just reached ref count 0, in table order: unnamed ones go back on the free list,
-        cached ones join the LRU as the most recently used, a sequence's deepest first, so that its
-        tail (the part least likely shared) is evicted before its beginning, as vLLM does."""
+        """Blocks just at ref count 0, in table order. Cached ones join the LRU deepest first, so that a
+        sequence's tail, least likely shared, is evicted before its beginning (as vLLM does)."""
         self.free_blocks.extend(block for block in blocks if block not in self.block_hash)
         for block in reversed(blocks):
             if block in self.block_hash:
@@ -226,12 +185,11 @@ class BlockManager:
                 self.block_stats[block] = replace(self.block_stats[block], last_used=self._released)
 
     def new_blocks_needed(self, seq_id: str, num_new_tokens: int = 1) -> int:
-        """Blocks the sequence must add to hold num_new_tokens more tokens."""
         return max(0, blocks_for(self.num_tokens[seq_id] + num_new_tokens, self.block_size)
                    - len(self.tables[seq_id]))
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
-        """Shrink a sequence back to num_tokens slots (a victim gives back the slots of this step)."""
+        """Shrink back to num_tokens slots, keeping one block."""
         self.num_tokens[seq_id] = num_tokens
         table = self.tables[seq_id]
         while len(table) > max(1, blocks_for(num_tokens, self.block_size)):
@@ -241,7 +199,7 @@ class BlockManager:
         return len(self.tables[seq_id]) <= len(self.free_swap_blocks)
 
     def swap_out(self, seq_id: str) -> list[tuple[int, int]]:
-        """Move a sequence's blocks to the CPU pool: -> (device block, CPU block) pairs to copy."""
+        """-> (device block, CPU block) pairs to copy."""
         if not self.can_swap_out(seq_id):
             raise NoFreeBlocks(f"{seq_id!r} needs {len(self.tables[seq_id])} swap blocks, "
                                f"{len(self.free_swap_blocks)} free")
@@ -253,13 +211,13 @@ class BlockManager:
         return list(zip(table, cpu))
 
     def swap_in(self, seq_id: str) -> list[tuple[int, int]]:
-        """Bring a swapped sequence back: -> (CPU block, device block) pairs to copy."""
+        """-> (CPU block, device block) pairs to copy."""
         cpu = self.swapped[seq_id]
         self._evict(len(cpu))
         if len(cpu) > len(self.free_blocks):
             raise NoFreeBlocks(f"{seq_id!r} needs {len(cpu)} blocks to swap in, {len(self.free_blocks)} free")
         del self.swapped[seq_id]
-        # Private blocks, even where the sequence shared cached ones before: offered to the cache again.
+        # Private blocks, even where it shared cached ones: they are offered to the cache again.
         self.tables[seq_id] = [self._take() for _ in cpu]
         self.cached_upto[seq_id] = 0
         self.free_swap_blocks.extend(cpu)
@@ -271,21 +229,6 @@ class BlockManager:
         on_device = sum(n for seq_id, n in self.num_tokens.items() if seq_id in self.tables)
         return BlockUsage(self.num_blocks, free, owned, owned * self.block_size, on_device,
                           self.num_swap_blocks - len(self.free_swap_blocks))
-
-    def block_map(self) -> list[tuple[str | None, int, int]]:
-        """Per device block: (owner, tokens stored in it, tables holding it). Owner None with 0 tokens is a
-        free block, with tokens a cached block no table holds (prefix caching keeps it until evicted); an
-        owner with 0 tokens is reserved but still empty (contiguous reservation's waste); more than one
-        holder is a prefix shared by several sequences (the owner shown is the first that holds it)."""
-        blocks: list[tuple[str | None, int, int]] = [(None, 0, 0)] * self.num_blocks
-        for block in self.evictable:
-            blocks[block] = (None, self.block_size, 0)
-        for seq_id, table in self.tables.items():
-            for i, block in enumerate(table):
-                if blocks[block][0] is None:
-                    tokens = min(self.block_size, max(0, self.num_tokens[seq_id] - i * self.block_size))
-                    blocks[block] = (seq_id, tokens, self.ref_counts[block])
-        return blocks
 
     def check_invariants(self) -> None:
         """The ledger (EngineConfig.check_kv_invariants): each block is in one place, its ref count counts

@@ -1,10 +1,5 @@
-"""FlatBatch: the scheduler's decision for one step, as the tensors the model runs on (lesson 03);
-build_flat_batch in minicb/runner/batch_builder.py makes one from the step's SequenceChunks.
-
-Every sequence contributes a chunk of new tokens: a whole prompt (prefill), part of one (chunked
-prefill), or one token (decode). The chunks are concatenated into one flat batch of T tokens;
-nothing is padded, except by the dense baseline, whose padding rows are computed on purpose.
-"""
+"""SequenceChunk and FlatBatch: one step's work and the tensors the model runs on (lesson 03).
+minicb/runner/batch_builder.py turns chunks into a FlatBatch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +16,7 @@ PAD_TOKEN = 0   # any id will do: padding rows are computed and thrown away
 @dataclass
 class SequenceChunk:
     token_ids: list[int]     # the new tokens this step
-    num_computed: int        # tokens already in the KV cache before them (their first position)
+    num_computed: int        # tokens already cached before them (= their first position)
     block_table: list[int]   # the sequence's blocks; must cover num_computed + len(token_ids)
     needs_logits: bool = True  # False for a prefill chunk that is not the prompt's last
     write_kv: bool = True      # False for padding: computed, never stored
@@ -32,7 +27,7 @@ class FlatBatch:
     input_ids: torch.Tensor       # (T,) int64
     positions: torch.Tensor       # (T,) int64
     attn: AttentionMetadata
-    logits_indices: torch.Tensor  # (B',) rows of the T whose hidden state becomes a next token
+    logits_indices: torch.Tensor  # (B',) rows of T whose hidden state predicts a next token
 
     @property
     def num_tokens(self) -> int:
@@ -40,8 +35,7 @@ class FlatBatch:
 
 
 def sequence_chunks(out: SchedulerOutput) -> list[SequenceChunk]:
-    """The scheduler's decision as chunks, read from its snapshots alone: each scheduled request's new
-    tokens; the dense baseline's padding rows last."""
+    """Chunks from the scheduler's snapshots only; the dense baseline's padding rows come last."""
     chunks = [SequenceChunk(list(c.token_ids), c.num_computed, list(c.block_table), c.needs_logits)
               for c in out.chunks]
     for pad in out.padding:

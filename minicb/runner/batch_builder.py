@@ -1,8 +1,4 @@
-"""build_flat_batch: the step's sequence chunks as one flat batch of T tokens (lesson 03's reference).
-
-Linear layers run on all T rows at once; attention reads from the AttentionMetadata which rows belong to
-which sequence and which cache slots hold their K/V. The types are in minicb/runner/batch.py.
-"""
+"""build_flat_batch: a step's sequence chunks as one flat batch of T tokens (lesson 03's reference)."""
 from __future__ import annotations
 
 import torch
@@ -13,9 +9,7 @@ from minicb.runner.batch import FlatBatch, SequenceChunk
 
 def build_flat_batch(chunks: list[SequenceChunk], block_size: int,
                      device: torch.device | str = "cpu") -> FlatBatch:
-    """The step's chunks, one per sequence and in order, as one flat batch of T tokens (lesson 03's
-    reference). Every field comes from the chunks alone; the new tokens are always the last ones of
-    their sequence's context."""
+    """One chunk per sequence, in batch order; a chunk's tokens are the last ones of its context."""
     if not chunks:
         raise ValueError("a batch needs at least one sequence chunk")
     input_ids: list[int] = []
@@ -34,7 +28,7 @@ def build_flat_batch(chunks: list[SequenceChunk], block_size: int,
         seq_lens.append(seq_len)
         input_ids += chunk.token_ids
         positions += span
-        # Padding is computed but must not overwrite a real sequence's cache: slot -1 skips the write.
+        # Slot -1 skips the write, so padding never overwrites a real sequence's cache.
         slots += [chunk.block_table[p // block_size] * block_size + p % block_size if chunk.write_kv else -1
                   for p in span]
         cu_seqlens.append(len(input_ids))

@@ -19,14 +19,14 @@ from minicb.runner.batch import FlatBatch, SequenceChunk
 from minicb.runner.batch_builder import build_flat_batch
 from minicb.sampling import SamplingParams, sample
 
-# How each row of a step is sampled: the request's parameters and its own generator, in the batch's row order.
+# Per batch row, in row order: the request's sampling params and its own generator.
 RowSampling = list[tuple[SamplingParams, torch.Generator]]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """'auto' is the GPU when torch sees one, else the CPU; minicb runs on 'cpu' and 'cuda' only."""
+    """'auto': cuda if torch sees a GPU, else cpu. Only 'cpu' and 'cuda[:N]' are supported."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     supported = "minicb runs on 'cpu' or 'cuda' (or 'cuda:N'); use one of those, or 'auto'"
@@ -46,7 +46,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """fp32 on the CPU by default; bf16 on a GPU that has it, else fp16."""
+    """Default: fp32 on the CPU; bf16 on a GPU that has it, else fp16."""
     if dtype is None or dtype == "auto":
         if device.type != "cuda":
             return torch.float32
@@ -62,7 +62,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 
 def load_tokenizer(folder: Path):
-    """The checkpoint's own tokenizer, or None when the folder has none (token-id prompts only)."""
+    """None when the folder has no tokenizer (token-id prompts only)."""
     if not (folder / "tokenizer.json").exists() and not (folder / "tokenizer_config.json").exists():
         return None
     from transformers import AutoTokenizer
@@ -74,17 +74,16 @@ def load_tokenizer(folder: Path):
 
 @runtime_checkable
 class Runner(Protocol):
-    """What the engine needs of whatever runs a step. ModelRunner runs the network; the simulator's
-    SimulatedRunner prices the step with a cost model. The engine cannot tell them apart."""
+    """What the engine needs to run a step: ModelRunner runs the model, SimulatedRunner prices the step."""
     device: torch.device
     config: ModelConfig
-    tokenizer: Any          # a Hugging Face tokenizer, or None (token-id prompts only)
+    tokenizer: Any          # Hugging Face tokenizer, or None (token-id prompts only)
     model_path: Path
 
     def clock(self) -> float: ...
     def advance_to(self, t: float) -> None: ...
     def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int | None]:
-        """Run the step; the next token of each row of batch.logits_indices (None: it was not finite)."""
+        """Next token per row of batch.logits_indices; None where the logits are not finite."""
     def swap_out(self, pairs: list[tuple[int, int]]) -> None: ...
     def swap_in(self, pairs: list[tuple[int, int]]) -> None: ...
 
@@ -113,7 +112,7 @@ class ModelRunner:
                                       pin_memory=self.device.type == "cuda")  # CPU swap pool
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy (device block, CPU block) pairs of every layer's K and V to the swap pool."""
+        """Copy (device block, CPU block) pairs, K and V of all layers, to the swap pool."""
         if pairs:
             src, dst = (torch.tensor(x) for x in zip(*pairs))
             self.swap_cache[:, :, dst] = self.kv_cache[:, :, src.to(self.device)].cpu()
@@ -127,25 +126,23 @@ class ModelRunner:
     clock = staticmethod(time.perf_counter)
 
     def advance_to(self, t: float) -> None:
-        """Wait for the wall clock to reach t (the next request's arrival)."""
         time.sleep(max(0.0, t - time.perf_counter()))
 
     @torch.inference_mode()
     def logits(self, batch: FlatBatch) -> torch.Tensor:
-        """Run the model over the flat batch; return fp32 logits (B', vocab) for batch.logits_indices."""
+        """fp32 logits (B', vocab) for the rows in batch.logits_indices."""
         hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_cache, self.attention)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
     def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int | None]:
-        """Run the model and sample each row by its own request's parameters and generator: a row whose
-        logits (or distribution) are not finite gets None, and its request fails alone."""
+        """Sample each row with its request's params and generator; None where logits are not finite."""
         params, generators = zip(*sampling) if sampling else ((), ())
         return sample(self.logits(batch), list(params), list(generators))
 
 
 def preemption_cost_for(config: EngineConfig, runner: Runner) -> PreemptionCost | None:
-    """The "auto" mode's prices for an EngineConfig: given, or measured on the runner's device (the
-    simulator knows its own); None when the mode is not "auto" and none was given."""
+    """Prices for preemption_mode "auto": the given ones, else measured (or simulated) on the runner.
+    None when the mode is not "auto" and none were given."""
     if config.preemption_mode != "auto" or config.preemption_cost is not None:
         return config.preemption_cost
     return simulated_preemption_cost(config.step_cost) if config.simulate else measure_preemption_cost(runner)
@@ -155,9 +152,8 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 def measure_preemption_cost(runner, longest: int = 512) -> PreemptionCost:
-    """Time prefills at three lengths (up to `longest`, within the KV pool) and block copies of two
-    sizes on the runner's device, and fit PreemptionCost by least squares. Lesson 06b uses it to find
-    the crossover. The runner needs a swap pool (num_swap_blocks > 0)."""
+    """Fit PreemptionCost by least squares to timed prefills (up to `longest` tokens) and block copies
+    on the runner's device (lesson 06b). Needs num_swap_blocks > 0."""
     bs = runner.block_size
     longest = min(longest, runner.num_blocks * bs, runner.config.max_model_len - 1)
     lengths = sorted({max(1, longest // 32), max(2, longest // 4), longest})

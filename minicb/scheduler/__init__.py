@@ -1,9 +1,6 @@
-"""Schedulers decide, before every forward step, which sequences run and how many tokens each.
-
-Both schedulers (continuous.py, static.py) are SchedulerBase (base.py), so the engine, the batch builder,
-the runner and the simulator never know which one is deciding. A scheduler owns the KV cache's block
-manager and writes a request's progress; only this package does (tests/test_single_writer.py).
-"""
+"""Schedulers: which sequences run each step, and how many tokens each.
+Both are SchedulerBase, so callers never know which one decides. Only this package writes a request's
+progress (tests/test_single_writer.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable

@@ -1,5 +1,5 @@
-"""What both schedulers share: the waiting queue, admission control (who is turned away, and why),
-aborts, and the KV pool they own."""
+"""SchedulerBase: what both schedulers share: the waiting queue, admission control, aborts and the KV pool.
+Lesson 07 sets the admission limits (max_waiting, max_queue_delay_s)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, MutableSequence
 from typing import TYPE_CHECKING
 
-from minicb.kv.block_manager import BlockManager, BlockUsage
+from minicb.kv.block_manager import BlockManager
 from minicb.scheduler.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -17,14 +17,14 @@ if TYPE_CHECKING:
 
 
 class SchedulerBase(ABC):
-    streams_tokens: bool   # whether new tokens go back every step, or only with the result
+    streams_tokens: bool   # True: new tokens go back every step; False: only with the result
 
     def __init__(self, config: EngineConfig, kv: BlockManager, outputs: OutputProcessor,
                  clock: Callable[[], float]):
         self.config, self.kv, self.outputs, self.clock = config, kv, outputs, clock
         self.waiting: deque[Request] = deque()
-        self.requests: dict[str, Request] = {}   # every request it holds, by id: queued, running or swapped
-        self.num_arrivals = 0   # arrival order, which breaks ties of equal arrival times
+        self.requests: dict[str, Request] = {}   # by id: queued, running or swapped
+        self.num_arrivals = 0   # breaks ties of equal arrival times
 
     @abstractmethod
     def schedule(self) -> SchedulerOutput:
@@ -33,8 +33,8 @@ class SchedulerBase(ABC):
     @abstractmethod
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | None],
                            now: float) -> list[Request]:
-        """After the step: record its results (a next token, or None, by request id); return the requests
-        whose results go back now."""
+        """sampled: each next token by request id (None: it failed). Returns the requests whose results go
+        back now."""
 
     @abstractmethod
     def has_unfinished(self) -> bool: ...
@@ -45,14 +45,14 @@ class SchedulerBase(ABC):
 
     @abstractmethod
     def holding_kv(self) -> list[Request]:
-        """The requests that hold KV blocks (on the device or swapped out)."""
+        """Requests holding KV blocks, on the device or swapped out."""
 
     @abstractmethod
     def _drop(self, request: Request) -> None:
-        """Take an unfinished request out of wherever it is, freeing what it holds."""
+        """Remove an unfinished request from wherever it is and free what it holds."""
 
     def _place(self, queue: MutableSequence[Request], request: Request) -> None:
-        """Put request where it waits in queue: at the end, unless a policy orders the queue."""
+        """At the end of queue, unless a policy orders it."""
         queue.append(request)
 
     def _enqueue(self, request: Request) -> None:
@@ -60,27 +60,24 @@ class SchedulerBase(ABC):
         self._place(self.waiting, request)
 
     def _stamp_first_step(self, out: SchedulerOutput, now: float) -> None:
-        """A request's scheduled_time is the first step it computes in."""
         for chunk in out.chunks:
             metrics = self.requests[chunk.request_id].metrics
             if metrics.scheduled_time is None:
                 metrics.scheduled_time = now
 
     def _release(self, done: Iterable[Request], now: float) -> None:
-        """Finished requests leave the scheduler: their result goes back to the user now."""
         for req in done:
-            req.metrics.finished_time = now   # when the user gets the result, which static batching delays
+            req.metrics.finished_time = now   # when the user gets the result (static batching delays it)
             self.requests.pop(req.request_id, None)
 
     def _queue_with(self, request: Request) -> list[Request]:
-        """The waiting queue, in order, as it would be with request added."""
         queue = list(self.waiting)
         self._place(queue, request)
         return queue
 
     @abstractmethod
     def startable_next_step(self, queue: list[Request]) -> int:
-        """How many requests from the head of `queue` the next step could start, as things are now."""
+        """How many requests from the head of queue the next step could start now."""
 
     @property
     def num_waiting(self) -> int:
@@ -95,8 +92,8 @@ class SchedulerBase(ABC):
         return 0   # static batching never swaps
 
     def add(self, request: Request) -> None:
-        """Queue a request, or turn it away (REJECTED) when the queue is full. One that can never be served
-        never gets here: the engine refuses it at make_request, with why_never_servable's reason."""
+        """Queue request, or REJECT it when the queue is full. The engine refuses a never-servable request
+        earlier, at make_request."""
         request.arrival_index, self.num_arrivals = self.num_arrivals, self.num_arrivals + 1
         reason = self.why_not_now(request)
         if reason:
@@ -106,8 +103,7 @@ class SchedulerBase(ABC):
             self._enqueue(request)
 
     def why_never_servable(self, req: Request) -> str | None:
-        """Why this engine could not serve req even with nothing else to do, and what to change; None if it
-        can."""
+        """None if an idle engine can serve req; else why not, and what to change."""
         kv, c = self.kv, self.config
         needed = kv.blocks_to_reserve(req.num_tokens + 1, self.reserve_tokens(req))
         if needed > kv.num_blocks:
@@ -121,8 +117,8 @@ class SchedulerBase(ABC):
         return None
 
     def why_not_now(self, request: Request) -> str | None:
-        """A full queue turns requests away instead of making everyone slower. Only the requests that the
-        next step cannot start count as queued: a burst that free seats take at once waits for nothing."""
+        """None, or why a full queue turns request away. Only the requests that the next step cannot start
+        count as queued."""
         limit = self.config.max_waiting
         if limit is None:
             return None
@@ -134,7 +130,7 @@ class SchedulerBase(ABC):
         return None
 
     def reject_stale(self, now: float) -> list[Request]:
-        """Requests that waited past max_queue_delay_s without ever starting are REJECTED."""
+        """REJECT and return the waiting requests that never started within max_queue_delay_s."""
         delay = self.config.max_queue_delay_s
         if delay is None:
             return []
@@ -148,11 +144,11 @@ class SchedulerBase(ABC):
         return stale
 
     def abort(self, request: Request, reason: str = "aborted by the caller") -> None:
-        """Drop a request wherever it is, freeing its blocks (status FINISHED_ABORTED, `reason` set)."""
+        """Drop request wherever it is and free its blocks; status FINISHED_ABORTED."""
         self._end(request, RequestStatus.FINISHED_ABORTED, reason)
 
     def fail(self, request: Request, reason: str) -> None:
-        """As abort, but the request failed (FINISHED_ERROR): its caller must not read it as an abort."""
+        """As abort, but FINISHED_ERROR: the caller must not read it as an abort."""
         self._end(request, RequestStatus.FINISHED_ERROR, reason)
 
     def _end(self, request: Request, status: RequestStatus, reason: str) -> None:
@@ -162,14 +158,8 @@ class SchedulerBase(ABC):
         request.status, request.reason = status, reason
         self._release([request], self.clock())
 
-    def kv_usage(self) -> BlockUsage:
-        return self.kv.usage()
-
-    def kv_block_map(self) -> list[tuple[str | None, int, int]]:
-        return self.kv.block_map()
-
     def check_invariants(self) -> None:
-        """The pool's ledger, and each request holding KV holds slots for exactly its computed tokens."""
+        """Assert the pool's ledger, and that each KV holder has slots for exactly its computed tokens."""
         self.kv.check_invariants()
         for req in self.holding_kv():
             held = self.kv.num_tokens.get(req.request_id)

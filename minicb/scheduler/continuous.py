@@ -1,30 +1,6 @@
-"""Lesson 02: Orca's iteration-level scheduling. The batch is decided again before every step.
-
-A request that finishes leaves at once and its result goes back at once; its seat and its KV blocks
-go to the next waiting request in the very next step. A step may mix new prefills with ongoing
-decodes: attention handles each sequence separately (selective batching, lesson 03), so nothing
-forces the batch's members to be in the same phase.
-
-ContinuousScheduler.schedule is a short skeleton. The course's decisions are its parts, and the engine
-runs whichever version of each it was given (EngineParts), in every configuration:
-
-    plan_step(state) -> StepPlan              lesson 02: who gives way, who runs how many tokens, who starts
-    choose_victim(running)                    lesson 06: which running request gives its KV blocks back
-    should_swap(victim, mode, cost)           lesson 06: recompute or swap it
-    chunk_size(uncomputed, budget, ...)       lesson 07: how many of a request's tokens run this step
-
-With enable_prefix_caching, two more parts name and find cached blocks (lesson 10):
-block_hashes (the chain hash of each full block) and longest_cached_prefix (how much of a prompt the
-cache holds). Each waiting request that might start looks its tokens up before the plan is made, so a
-hit counts as computed, and only the rest is prefilled, charged to the token budget and given new
-blocks. Blocks full of computed tokens join the cache after each step (update_from_output).
-
-The decisions only decide. The scheduler keeps the books: it applies each decision through its own methods
-(run, start, preempt). The decisions read snapshots (RequestView) and return an answer; nothing they hold can
-change a request. The course checks a learner's decision against its contract before it gets here
-(minicb/course/contracts.py). A request's status, its computed tokens and its metrics are written only in
-this package.
-"""
+"""Lesson 02: Orca's iteration-level scheduling. The batch is decided again before every step: a finished
+request leaves at once, and its seat and blocks go to the next. The decisions are the parts (EngineParts);
+the scheduler applies them and is the only writer of a request's progress."""
 from __future__ import annotations
 
 import bisect
@@ -48,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class Policies(Protocol):
-    """The decisions the scheduler calls: EngineParts (minicb/parts.py) holds minicb's or a learner's."""
+    """The decisions the scheduler calls: minicb's or a learner's (EngineParts)."""
     plan_step: Callable[[StepState], StepPlan]
     choose_victim: Callable[[tuple[RequestView, ...]], str]
     should_swap: Callable[[RequestView, str, PreemptionCost | None], bool]
@@ -59,10 +35,9 @@ class Policies(Protocol):
 
 @dataclass
 class Step:
-    """The step being applied."""
-    out: SchedulerOutput   # what it runs so far
-    token_budget: int      # tokens still free: max_num_batched_tokens minus the tokens given so far
-    now: float = 0.0       # when the step is decided: preemptions and re-admissions are timed from it
+    out: SchedulerOutput   # what the step runs so far
+    token_budget: int      # tokens still free in the step
+    now: float = 0.0       # preemptions and re-admissions are timed from it
 
     @property
     def is_empty(self) -> bool:
@@ -76,17 +51,12 @@ class ContinuousScheduler(SchedulerBase):
                  clock: Callable[[], float], preemption_cost: PreemptionCost | None = None):
         super().__init__(config, kv, outputs, clock)
         self.parts = parts
-        self.preemption_cost = preemption_cost   # the "auto" mode's prices
+        self.preemption_cost = preemption_cost   # what "auto" preemption compares
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()   # come back, most urgent first, before any new admission
 
-    # --- the skeleton ------------------------------------------------------------------------
-
     def schedule(self) -> SchedulerOutput:
-        """Lesson 02's plan decides the step, and the scheduler applies it.
-        decode_first (default): running requests take the token budget first, new requests get what is
-        left: smooth inter-token latency. prefill_first: prompts (running chunked ones, then new ones) go
-        first and decodes take what is left: new users see a first token sooner."""
+        """The plan decides the step; the scheduler applies it. Under prefill_first, decodes run last."""
         step = Step(SchedulerOutput(), self.config.max_num_batched_tokens, now=self.clock())
         line = self._line(self.waiting)
         hits = self._prefix_hits(line)
@@ -111,14 +81,13 @@ class ContinuousScheduler(SchedulerBase):
         return step.out
 
     def state_for_next_step(self) -> StepState:
-        """What plan_step is asked before the next step, as things are now (the lessons show it)."""
+        """What plan_step would be asked now (the lessons show it)."""
         line = self._line(self.waiting)
         return self._state(line, self._prefix_hits(line))
 
     def _line(self, waiting: Iterable[Request]) -> list[Request]:
-        """Who may start, in the order they must, as far as the free seats reach (and one more): swapped
-        requests come back before waiting ones, except that under the priority policy a more urgent waiting
-        request goes first (else the two could evict each other forever)."""
+        """Who may start, in order, for the free seats and one more. Swapped requests come first, except that
+        under the priority policy a more urgent waiting one goes first (else two could evict each other)."""
         if self.config.scheduling_policy == "priority":
             queue = heapq.merge(self.swapped, waiting, key=rank)
         else:
@@ -143,8 +112,7 @@ class ContinuousScheduler(SchedulerBase):
             blocks_freed_by=self.kv.blocks_freed_by, choose_victim=self.parts.choose_victim)
 
     def _evict_for_priority(self, plan: StepPlan, state: StepState, step: Step) -> None:
-        """Under the priority policy, the first of the line that could not start, when it is more urgent than
-        a running request, makes one give way: it starts in a later step."""
+        """Priority policy: a blocked head of the line, more urgent than a running request, evicts one."""
         blocked = next((r for r in state.line if r.request_id not in plan.starts), None)
         if (blocked is not None and not plan.victims and self.config.scheduling_policy == "priority"
                 and self.running and max(self.running, key=rank).priority > blocked.priority
@@ -167,8 +135,6 @@ class ContinuousScheduler(SchedulerBase):
         self._release(done, now)
         return done
 
-    # --- what the steps call -------------------------------------------------------------------
-
     @property
     def num_swapped(self) -> int:
         return len(self.swapped)
@@ -179,25 +145,19 @@ class ContinuousScheduler(SchedulerBase):
 
     @staticmethod
     def uncomputed(req: Request | RequestView) -> int:
-        """1 for a decode (the last sampled token); more while the prompt is still being prefilled
-        (or recomputed after a preemption)."""
+        """1 for a decode; more while a prompt is prefilled (or recomputed after a preemption)."""
         return req.num_tokens - req.num_computed_tokens
 
     def chunk(self, view: RequestView, budget: int, step_is_empty: bool) -> int:
-        """The tokens of a request that run now, with `budget` tokens left in the step: lesson 07's
-        decision."""
         return self.parts.chunk_size(self.uncomputed(view), budget, step_is_empty, self.config)
 
     def make_room(self, step: Step) -> Request:
-        """Preempt the running request that lesson 06's choose_victim picks, and return it."""
         victim = self.requests[self.parts.choose_victim(tuple(RequestView.of(r) for r in self.running))]
         self.preempt(victim, step)
         return victim
 
     def preempt(self, victim: Request, step: Step) -> None:
-        """The whole preemption: victim leaves the running requests and its tokens of this step go back to the
-        budget; then its KV is swapped out to the CPU (it waits in `swapped`) or freed (it waits to prefill
-        everything again), as should_swap decides when the swap pool has room for it."""
+        """victim gives back its tokens of this step, then its KV: swapped out, or freed to be recomputed."""
         self.running.remove(victim)
         step.out.preempted.append(victim.request_id)
         for chunk in [c for c in step.out.chunks if c.request_id == victim.request_id]:
@@ -221,12 +181,10 @@ class ContinuousScheduler(SchedulerBase):
             self.waiting.appendleft(victim)   # it arrived before everyone waiting
 
     def should_swap(self, victim: Request) -> bool:
-        """Lesson 06's decision for a victim the swap pool has room for."""
         return self.parts.should_swap(RequestView.of(victim), self.config.preemption_mode,
                                       self.preemption_cost)
 
     def _resume(self, req: Request, step: Step) -> None:
-        """req runs again: a new one, or one back from a preemption, whose time evicted ends now."""
         if req.metrics.last_preempted_at is not None:
             req.metrics.preempted_time += step.now - req.metrics.last_preempted_at
             req.metrics.last_preempted_at = None
@@ -234,13 +192,11 @@ class ContinuousScheduler(SchedulerBase):
         self.running.append(req)
 
     def run(self, req: Request, num_tokens: int, step: Step) -> None:
-        """A running request computes num_tokens more tokens this step."""
         self.kv.append_slots(req.request_id, num_tokens)
         self._add_chunk(req, num_tokens, step, prefill=self.uncomputed(req) > 1)
 
     def start(self, req: Request, num_tokens: int, step: Step, cached_tokens: int = 0) -> None:
-        """The head of the queue starts, with its first num_tokens tokens after the cached_tokens of its
-        prefix hit (set with kv.set_prefix_hit)."""
+        """req starts with num_tokens after the cached_tokens of its prefix hit (kv.set_prefix_hit)."""
         req.num_computed_tokens = cached_tokens
         self.kv.allocate(req.request_id, num_tokens)   # after its prefix hit's blocks, if it has one
         self.waiting.remove(req)
@@ -252,7 +208,6 @@ class ContinuousScheduler(SchedulerBase):
         self._add_chunk(req, num_tokens, step, prefill=True)
 
     def _start(self, req: Request, num_tokens: int, step: Step, cached_blocks: int) -> None:
-        """A request of the line starts: a swapped one comes back (its blocks are copied in) and runs."""
         if req.status is not RequestStatus.SWAPPED:
             self.start(req, num_tokens, step, cached_blocks * self.kv.block_size)
             return
@@ -262,10 +217,8 @@ class ContinuousScheduler(SchedulerBase):
         step.out.swapped_in.append(req.request_id)
         self.run(req, num_tokens, step)
 
-    # --- prefix caching -------------------------------------------------------------------------
-
     def _block_hashes(self, req: Request, num_blocks: int) -> list[bytes]:
-        """The chain hashes of req's first num_blocks full blocks, hashing only those not hashed before."""
+        """The chain hashes of req's first num_blocks blocks; each block is hashed once."""
         known, size = req.block_hashes, self.kv.block_size
         if len(known) < num_blocks:
             new = req.all_token_ids[len(known) * size:num_blocks * size]
@@ -273,9 +226,8 @@ class ContinuousScheduler(SchedulerBase):
         return known[:num_blocks]
 
     def _prefix_hits(self, line: list[Request]) -> dict[str, list[int]]:
-        """The cached blocks that each waiting request that might start would begin with, looked up again
-        before each decision, since blocks are evicted meanwhile. The last known token is never in a hit: it
-        must run to give the next token's logits, so nothing is ever written into a shared block."""
+        """The cached blocks each waiting request that might start would begin with. The last token is never
+        in a hit: it must run to give logits, so nothing is written into a shared block."""
         if not self.config.enable_prefix_caching:
             return {}
         hits = {}
@@ -287,7 +239,6 @@ class ContinuousScheduler(SchedulerBase):
         return hits
 
     def _cache_computed_blocks(self, req: Request) -> None:
-        """req's blocks now full of computed tokens join the prefix cache."""
         num_full = req.num_computed_tokens // self.kv.block_size
         if num_full > self.kv.cached_upto[req.request_id]:
             self.kv.cache_full_blocks(req.request_id, self._block_hashes(req, num_full), req.all_token_ids)
@@ -296,17 +247,14 @@ class ContinuousScheduler(SchedulerBase):
         step.out.chunks.append(ScheduledChunk.of(req, num_tokens, self.kv.tables[req.request_id], prefill))
         step.token_budget -= num_tokens
 
-    # --- the queue -----------------------------------------------------------------------------
-
     def _place(self, queue: MutableSequence[Request], request: Request) -> None:
-        if self.config.scheduling_policy == "priority":   # sorted: lower priority value first, then arrival
+        if self.config.scheduling_policy == "priority":
             bisect.insort(queue, request, key=rank)
         else:
             queue.append(request)
 
     def startable_next_step(self, queue: list[Request]) -> int:
-        """Admission control's question, answered by the plan itself: how many of `queue` (the waiting queue
-        with a new request in its place) the next step would start, as things are now."""
+        """Admission control asks the plan itself how many of `queue` the next step would start."""
         line = self._line(queue)
         plan = self.parts.plan_step(self._state(line, self._prefix_hits(line)))
         return sum(r.request_id in plan.starts for r in line if r.status is not RequestStatus.SWAPPED)

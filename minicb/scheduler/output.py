@@ -1,9 +1,5 @@
-"""What a scheduler decides for one step (SchedulerOutput, plain data) and how the step's results come back
-to it.
-
-SchedulerOutput holds snapshots, never live requests: each chunk carries the token ids it runs, where they
-start and a copy of its block table, so the batch builder and the engine read the decision as it was made.
-"""
+"""One step's decision as plain data (SchedulerOutput), and apply_step_results, which records its results.
+Chunks are snapshots, never live requests: readers see the decision as it was made."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,11 +14,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ScheduledChunk:
     request_id: str
-    token_ids: tuple[int, ...]   # a prompt or a piece of one (prefill), or the last sampled token (decode)
-    num_computed: int            # tokens already in the cache before these (their first position)
-    block_table: tuple[int, ...]  # the request's blocks as scheduled, covering num_computed + the new tokens
-    needs_logits: bool           # the chunk reaches the request's last known token: a next one is sampled
-    prefill: bool = False        # prompt tokens (or a preempted request's recompute), not a decode
+    token_ids: tuple[int, ...]   # prompt tokens (prefill), or the last sampled token (decode)
+    num_computed: int            # tokens cached before these: the first one's position
+    block_table: tuple[int, ...]  # as scheduled; covers num_computed + the new tokens
+    needs_logits: bool           # reaches the last known token, so a next one is sampled
+    prefill: bool = False        # prompt tokens or a preempted request's recompute
 
     @property
     def num_new_tokens(self) -> int:
@@ -37,8 +33,8 @@ class ScheduledChunk:
 
 @dataclass(frozen=True)
 class PaddingChunk:
-    """Throwaway tokens that are computed but never used: the dense baseline's waste. They read the
-    request's context up to num_computed + num_tokens and write nothing to the cache."""
+    """Tokens computed and thrown away: the dense baseline's waste. They read the context up to
+    num_computed + num_tokens and write nothing to the cache."""
     request_id: str
     num_computed: int
     num_tokens: int
@@ -47,8 +43,8 @@ class PaddingChunk:
 
 @dataclass(frozen=True)
 class BlockCopy:
-    """KV blocks to copy between the device pool and the CPU swap pool, as (from, to) block pairs."""
-    to_cpu: bool                    # True: a swap-out (device -> CPU); False: a swap-in (CPU -> device)
+    """KV blocks to copy between the device pool and the CPU swap pool, as (from, to) pairs."""
+    to_cpu: bool                    # True: swap-out (device -> CPU); False: swap-in
     pairs: list[tuple[int, int]]
 
 
@@ -62,10 +58,9 @@ class SchedulerOutput:
     padding: list[PaddingChunk] = field(default_factory=list)  # the padded baseline's computed waste
     swapped_out: list[str] = field(default_factory=list)  # preempted by swapping (also in preempted)
     swapped_in: list[str] = field(default_factory=list)
-    cached_tokens: int = 0   # tokens the requests admitted this step found in the prefix cache (not computed)
-    # Every swap of the step, in the order the scheduler decided them. They must run in that order:
-    # a request swapped in and out again in one step is copied out of the blocks its swap-in fills,
-    # and a block freed by one swap may be the target of the next.
+    cached_tokens: int = 0   # prefix-cache hits of the requests admitted this step
+    # Every swap of the step, run in decision order: a request may swap in and out in one step,
+    # and a block one swap frees may be the next one's target.
     block_copies: list[BlockCopy] = field(default_factory=list)
 
     @property
@@ -82,7 +77,7 @@ class SchedulerOutput:
 
     @property
     def sampling(self) -> list[str]:
-        """The requests that get a next token this step, in the order of the batch's sampled rows."""
+        """Requests that get a next token this step, in the order of the batch's sampled rows."""
         return [c.request_id for c in self.chunks if c.needs_logits]
 
 
@@ -93,9 +88,8 @@ NOT_FINITE = ("the model produced NaN or inf logits for this request, or logits 
 
 def apply_step_results(out: SchedulerOutput, requests: dict[str, Request], sampled: dict[str, int | None],
                        outputs: OutputProcessor, now: float) -> None:
-    """The step ran: every chunk's tokens are now in the cache, and each request that reached its last known
-    token got a next one (None: its logits, or its distribution, were not finite, and it fails alone). The
-    output processor says whether the token ends the request; the scheduler records it."""
+    """Record a step: each chunk's tokens are now cached; sampled gives each next token by request id
+    (None: its logits were not finite, and that request fails alone)."""
     for chunk in out.chunks:
         requests[chunk.request_id].num_computed_tokens += chunk.num_new_tokens
     for request_id, token in sampled.items():

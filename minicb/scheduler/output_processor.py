@@ -1,7 +1,5 @@
-"""From sampled tokens to what the user sees: append the token, extend the text (incremental
-detokenisation), and decide whether the request is done (EOS, stop tokens, stop strings, lengths).
-The scheduler calls it from update_from_output and records what it decides: the scheduler alone writes
-a request's state."""
+"""OutputProcessor: append a sampled token, extend the text, and decide whether the request is done.
+The scheduler records what it decides: the scheduler alone writes a request's state."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,13 +14,13 @@ class OutputProcessor:
                  max_seq_tokens: int, detokenize: bool):
         self.tokenizer, self.eos_token_ids = tokenizer, eos_token_ids
         self.max_model_len = max_model_len
-        # the most a sequence can hold: max_model_len, or the whole pool
+        # the most a sequence can hold: max_model_len, or the whole pool if smaller
         self.max_seq_tokens = max_seq_tokens
         self.detokenize = detokenize and tokenizer is not None
 
     def append_token(self, req: Request, token: int) -> tuple[RequestStatus, str | None] | None:
-        """Append a new token and extend the text; the finished state it puts req in, with a reason when
-        one is worth saying (None: req goes on). The scheduler records it."""
+        """Append token and extend the text. Returns the finished state and an optional reason,
+        or None: req goes on."""
         req.output_token_ids.append(token)
         p = req.params
         finish: tuple[RequestStatus, str | None] | None = None
@@ -40,7 +38,7 @@ class OutputProcessor:
         return finish
 
     def _extend_text_and_check_stop_strings(self, req: Request) -> bool:
-        """Append the new text; True (with the text cut before it) when a stop string appeared."""
+        """True (the text cut before it) when a stop string appeared."""
         old_len = len(req.text)
         delta, *offsets = new_text(self.tokenizer, req.output_token_ids, *req.detok_offsets)
         req.text, req.detok_offsets = req.text + delta, tuple(offsets)
@@ -50,7 +48,6 @@ class OutputProcessor:
         return cut is not None
 
     def _why_cut_short(self) -> str:
-        """Why a request stopped at max_seq_tokens: the model's context, or a pool smaller than it."""
         if self.max_seq_tokens == self.max_model_len:
             return f"prompt + output reached max_model_len={self.max_model_len}"
         return (f"prompt + output reached {self.max_seq_tokens} tokens, all the KV pool holds (num_blocks x "

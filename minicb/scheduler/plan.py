@@ -1,10 +1,5 @@
-"""Lesson 02: the step's plan, Orca's iteration-level scheduling as one decision. Before every step the
-scheduler hands plan_step a StepState, a snapshot of what it may read, and applies the StepPlan it returns
-(ContinuousScheduler.schedule): who gives way, which running requests get how many tokens, and who starts.
-
-plan_step below is minicb's own. Its contract is stated in exercises/lesson02_continuous.py, and the course
-checks a learner's plan against it at the seam (minicb/course/contracts.py).
-"""
+"""Lesson 02: the step's plan as one decision. plan_step reads a StepState and returns a StepPlan; the
+scheduler applies it. The course checks a learner's plan at the seam (minicb/course/contracts.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,32 +12,25 @@ from minicb.scheduler.request import RequestView
 class StepState:
     """What plan_step may read. The functions answer what-if questions and change nothing."""
     running: tuple[RequestView, ...]   # running requests, in the order they run
-    line: tuple[RequestView, ...]      # who may start, in the order they must: swapped ones coming back
-    #                                    (most urgent first), then waiting ones; the first free_seats + 1
-    #                                    (the one past the seats is for admission control's question
-    #                                    whether the next would start: the seats bound the starts)
+    line: tuple[RequestView, ...]      # who may start, in order: swapped, then waiting; free_seats + 1
     free_seats: int                    # max_num_seqs minus the running requests
     token_budget: int                  # max_num_batched_tokens: tokens this step may run
     free_blocks: int                   # KV blocks the pool can hand out now
     order: str                         # "decode_first" or "prefill_first" (EngineConfig.schedule_priority)
-    chunk: Callable[[str, int, bool], int]   # (request_id, budget left, step_is_empty) -> its tokens
-    #                                          now, lesson 07's decision; 0: none fit. step_is_empty: no
-    #                                          request of this step has tokens so far
+    chunk: Callable[[str, int, bool], int]   # (request_id, budget left, step_is_empty) -> tokens; 0: none
     blocks_to_grow: Callable[[str, int], int]    # (running request_id, n) -> new blocks for n more tokens
     blocks_to_start: Callable[[str, int], int]   # (request_id in line, n) -> blocks to run its first n tokens
     blocks_freed_by: Callable[[str], int]        # running request_id -> blocks freed if it gives way
     choose_victim: Callable[[tuple[RequestView, ...]], str]   # lesson 06's decision: who of these gives way
 
     def uncomputed(self, request_id: str) -> int:
-        """Tokens the request has not computed: 1 for a decode, more for a prompt still to prefill."""
         view = next(v for v in self.running + self.line if v.request_id == request_id)
         return view.num_tokens - view.num_computed_tokens
 
 
 @dataclass
 class StepPlan:
-    """What the step does: tokens per request_id for running requests (runs) and for those of the line
-    that start (starts), and the running requests that give way, in the order they were chosen."""
+    """Tokens per request_id for running requests (runs) and starting ones (starts); victims in order."""
     runs: dict[str, int] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)
     victims: list[str] = field(default_factory=list)

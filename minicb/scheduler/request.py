@@ -1,11 +1,5 @@
-"""Requests: what a user asked for, where it is in its life, and what it got back.
-
-A request's life: WAITING (queued, nothing computed) -> RUNNING (has KV blocks, is prefilled or
-decoding) -> one of the finished states. A running request can be PREEMPTED when KV blocks run
-out: its blocks are freed and it waits to recompute them, or it is SWAPPED, its blocks copied to
-CPU memory until there is room to copy them back; then it runs again. REJECTED requests
-never ran: the engine could not serve them and says why.
-"""
+"""Request, its status and metrics, and what goes back to the user (RequestOutput).
+RequestView is the read-only snapshot that Lesson 06's policies see."""
 from __future__ import annotations
 
 import enum
@@ -40,14 +34,14 @@ FINISH_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED
 
 @dataclass
 class RequestMetrics:
-    """Timestamps on the engine's clock (wall seconds, or simulated seconds in the simulator)."""
+    """Times in seconds on the engine's clock (wall time, or simulated time in the simulator)."""
     arrival_time: float
     scheduled_time: float | None = None      # first step it ran in
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     finished_time: float | None = None       # when the result went back to the user
     num_preemptions: int = 0
-    preempted_time: float = 0.0              # time spent evicted, from each preemption to re-admission
+    preempted_time: float = 0.0              # total time evicted, preemption to re-admission
     last_preempted_at: float | None = None
 
     @property
@@ -60,7 +54,7 @@ class RequestMetrics:
 
     @property
     def itl(self) -> list[float]:
-        """Inter-token latencies: the gaps between consecutive output tokens."""
+        """Inter-token latencies: gaps between consecutive output tokens."""
         return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
 
     @property
@@ -74,7 +68,7 @@ class RequestMetrics:
         return None if self.finished_time is None else self.finished_time - self.arrival_time
 
 
-@dataclass(eq=False)   # a request is itself, not its field values: `req in queue` compares identity
+@dataclass(eq=False)   # `req in queue` must compare identity, not field values
 class Request:
     request_id: str
     prompt: str | None
@@ -86,13 +80,12 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     text: str = ""
     priority: int = 0              # lower is served first under scheduling_policy="priority"
-    arrival_index: int = 0         # order of arrival at the engine: breaks ties of equal arrival times
+    arrival_index: int = 0         # breaks ties of equal arrival times
     reason: str | None = None      # why it was rejected, or the error it failed with
     num_computed_tokens: int = 0   # tokens whose K/V are in the cache
     detok_offsets: tuple[int, int] = (0, 0)   # (prefix, read) offsets of incremental detokenisation
-    # Prefix caching: the chain hash of each full block of all_token_ids hashed so far (tokens never
-    # change, so each block is hashed once, preemptions included), and the prompt tokens found in the
-    # cache at its first admission (None until then).
+    # Prefix caching: chain hashes of the full blocks hashed so far (each once, even across preemptions),
+    # and the prompt tokens found in the cache at first admission (None until then).
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_tokens: int | None = None
 
@@ -114,15 +107,14 @@ class Request:
 
 
 def rank(req: Request | RequestView) -> tuple[int, float, int]:
-    """Serving order: lower priority value first, then earlier arrival (arrival_index breaks ties,
-    which the simulated clock makes common). The scheduler admits in this order and preempts in reverse."""
+    """Serving order: lower priority value first, then earlier arrival, then arrival_index.
+    The scheduler admits in this order and preempts in reverse."""
     return req.priority, req.arrival_time, req.arrival_index
 
 
 @dataclass(frozen=True)
 class RequestView:
-    """A request as a policy sees it (the lessons' decisions): a snapshot it can read but not change. The
-    scheduler alone changes requests, applying what the decisions return."""
+    """A read-only snapshot of a request for a policy. The scheduler alone changes requests."""
     request_id: str
     priority: int
     arrival_time: float
@@ -134,7 +126,7 @@ class RequestView:
 
     @classmethod
     def of(cls, req: Request, num_computed_tokens: int | None = None) -> "RequestView":
-        """req as it is, or as it would start: with num_computed_tokens, a waiting request's prefix hit."""
+        """num_computed_tokens overrides req's own, e.g. with a waiting request's prefix-cache hit."""
         computed = req.num_computed_tokens if num_computed_tokens is None else num_computed_tokens
         return cls(req.request_id, req.priority, req.metrics.arrival_time, req.arrival_index,
                    len(req.prompt_token_ids), len(req.output_token_ids), computed, req.params.max_tokens)
@@ -143,14 +135,14 @@ class RequestView:
     def num_tokens(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens
 
-    rank = property(rank)   # serving order: lower priority value first, then earlier arrival
+    rank = property(rank)
 
 
 @dataclass
 class CompletionOutput:
     text: str
     token_ids: list[int]
-    finish_reason: str | None   # "stop", "length", "abort", "rejected", or None while running
+    finish_reason: str | None   # "stop", "length", "abort", "error", "rejected"; None while running
 
 
 @dataclass
@@ -162,8 +154,7 @@ class RequestOutput:
     finished: bool
     metrics: RequestMetrics
     reason: str | None = None   # why it was rejected, or the error it failed with
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache instead of prefilled
-    #                             (vLLM's name)
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, not prefilled (vLLM's name)
 
     @classmethod
     def of(cls, req: Request) -> "RequestOutput":
@@ -176,8 +167,8 @@ class RequestOutput:
 
 
 def possible_stop_start(text: str, stops: list[str]) -> int:
-    """The length of the longest end of text that a stop string could still complete. A running
-    request holds it back, so a stream never shows text that the stop string will cut off."""
+    """Length of the longest end of text that a stop string could still complete. A running request
+    holds it back, so a stream never shows text that a stop string will cut."""
     return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
                default=0)
 

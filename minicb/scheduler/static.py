@@ -1,13 +1,5 @@
-"""Static batching: collect a batch, run it until its last member finishes, then take the next.
-
-This is the baseline continuous batching beats. A member that finishes early keeps its slot, idle,
-until the longest member is done, and its result goes back only then; a request that arrives
-meanwhile waits for the whole batch. Every KV block of the batch stays held until the end too.
-
-With pad_to_longest, it is the naive dense baseline (`generate` on a padded tensor): every prompt
-is padded to the longest, each row reserves KV for the longest prompt plus the longest output,
-and a finished row keeps computing a throwaway token every step. The waste is then real FLOPs.
-"""
+"""Lesson 01: static batching. A batch runs until its last member finishes; then the next one forms.
+With pad_to_longest it is the dense `generate` baseline: every row is padded to the longest."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -35,8 +27,8 @@ class StaticScheduler(SchedulerBase):
         self._batch_steps = 0      # steps the current batch has run
 
     def reserve_tokens(self, request: Request, members: list[Request] | None = None) -> int:
-        """Static batching reserves for the worst case up front: prompt plus max_tokens; the dense
-        padded baseline reserves the batch's longest prompt plus its longest output, for every row."""
+        """The worst case, up front: prompt + max_tokens; padded, every row gets the batch's longest
+        prompt + longest output."""
         members = members or [request]
         if self.pad_to_longest:
             worst = max(r.num_tokens for r in members) + max(r.params.max_tokens for r in members)
@@ -46,7 +38,6 @@ class StaticScheduler(SchedulerBase):
         return worst if limit is None else min(worst, limit)
 
     def _drop(self, request: Request) -> None:
-        """An aborted member leaves the batch and frees its blocks now; a waiting one leaves the queue."""
         if request in self.batch:
             self.batch.remove(request)
             self.kv.free(request.request_id)
@@ -72,7 +63,7 @@ class StaticScheduler(SchedulerBase):
             if req.status.finished:
                 out.idle_seats.append(rid)
                 if self.pad_to_longest:
-                    # The row's context in a dense tensor: the longest prompt plus every step so far.
+                    # A dense row's context: the longest prompt plus every step so far.
                     context = min(self._longest_prompt + self._batch_steps, self._dense_width)
                     out.padding.append(PaddingChunk(rid, context - 1, 1, tuple(self.kv.tables[rid])))
                 continue
@@ -102,12 +93,11 @@ class StaticScheduler(SchedulerBase):
         return done
 
     def startable_next_step(self, queue: list[Request]) -> int:
-        """None while a batch runs: the next one forms when it is done."""
         return 0 if self.batch else len(self._next_batch(queue))
 
     def _next_batch(self, queue: Iterable[Request]) -> list[Request]:
         budget, members = self.config.max_num_batched_tokens, []
-        for req in queue:   # the oldest requests, while seats and the step's token budget allow
+        for req in queue:   # oldest first, while seats and the token budget allow
             if len(members) == self.config.max_num_seqs or (req.num_tokens > budget and members):
                 break
             members.append(req)

@@ -303,7 +303,7 @@ class AsyncLLM:
 
     def _update_stats(self) -> None:
         sched, s = self.engine.scheduler, self.stats
-        usage = sched.kv_usage()
+        usage = sched.kv.usage()
         s.num_running, s.num_waiting, s.num_swapped = sched.num_running, sched.num_waiting, sched.num_swapped
         s.kv_cache_usage = usage.owned_blocks / usage.num_blocks
         s.num_preemptions = self.engine.num_preemptions

@@ -16,7 +16,7 @@ import heapq
 import json
 from dataclasses import asdict, dataclass, field
 
-from minicb.kv.block_manager import BlockUsage
+from minicb.kv.block_manager import BlockManager, BlockUsage
 from minicb.scheduler.output import SchedulerOutput
 from minicb.scheduler.request import Request
 
@@ -244,3 +244,18 @@ class Trace:
 
     def to_json(self) -> str:
         return json.dumps({"num_seats": self.num_seats, "arrivals": self.arrivals, "steps": self.to_rows()})
+
+
+def block_map(kv: BlockManager) -> list[tuple[str | None, int, int]]:
+    """Per device block: (owner, tokens stored in it, tables holding it). Owner None with 0 tokens is a free
+    block, with tokens a cached block no table holds; an owner with 0 tokens is reserved but empty
+    (contiguous reservation's waste); more than one holder is a shared prefix (the owner is the first)."""
+    blocks: list[tuple[str | None, int, int]] = [(None, 0, 0)] * kv.num_blocks
+    for block in kv.evictable:
+        blocks[block] = (None, kv.block_size, 0)
+    for seq_id, table in kv.tables.items():
+        for i, block in enumerate(table):
+            if blocks[block][0] is None:
+                tokens = min(kv.block_size, max(0, kv.num_tokens[seq_id] - i * kv.block_size))
+                blocks[block] = (seq_id, tokens, kv.ref_counts[block])
+    return blocks

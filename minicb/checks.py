@@ -10,8 +10,7 @@ def is_int(value: object) -> bool:
 
 
 def is_finite_number(value: object) -> bool:
-    """An int or float that is neither NaN nor infinite (NaN fails every comparison, so a bound check alone
-    lets it through), and small enough to be a float."""
+    """A finite int or float that fits a float. NaN fails every comparison, so bound checks let it through."""
     if not (is_int(value) or isinstance(value, float)):
         return False
     try:

@@ -19,23 +19,19 @@ CHOICES = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("p
 
 @dataclass
 class EngineConfig:
-    # What to serve, and on what. Left unset (None), each comes from its environment variable when that is set
-    # and not empty, so one switch moves every lesson to another model or device (README: "Run the course on a
-    # real model on a GPU"); a value passed here always wins. After __post_init__ they hold what was chosen.
-    model: str | None = None            # a local HF folder or a hub id ("Qwen/Qwen3-0.6B"); None:
-    #                                     $MINICB_MODEL, else the shipped Bard model
-    device: str | None = None           # "cpu", "cuda", or "auto" (the GPU when torch sees one); None:
-    #                                     $MINICB_DEVICE, else "auto"
-    dtype: str | None = None            # "float32", "bfloat16", "float16" or "auto"; None: $MINICB_DTYPE,
-    #                                     else "auto" (fp32 on the CPU, bf16 or fp16 on a GPU)
+    # What to serve, and on what. None: $MINICB_MODEL, $MINICB_DEVICE or $MINICB_DTYPE when set and not
+    # empty (one switch moves every lesson), else the default. After __post_init__ they hold the choice.
+    model: str | None = None            # a local HF folder or a hub id ("Qwen/Qwen3-0.6B"); default: Bard
+    device: str | None = None           # "cpu", "cuda", or "auto" (default: the GPU when torch sees one)
+    dtype: str | None = None            # "float32", "bfloat16", "float16", or "auto" (the default: fp32 on
+    #                                     the CPU, bf16 or fp16 on a GPU)
 
-    # How to batch: the subject of lessons 01 and 02.
+    # Batching: lessons 01 and 02.
     batching: str = "continuous"        # "continuous": Orca's per-step scheduling; "static": each batch runs
     #                                     to its end; "padded": static on a dense batch, computing the pads
     max_num_seqs: int = 32              # sequences in one step: the batch's seats
-    max_num_batched_tokens: int | None = None  # tokens in one step: caps the cost of a step full of prefills.
-    #                                     None: 2048 with chunked prefill; without, at least max_model_len, so
-    #                                     that a prompt of any allowed length fits one step (vLLM V0's rule)
+    max_num_batched_tokens: int | None = None  # tokens in one step (caps a step of prefills); None: 2048 with
+    #                                     chunked prefill, else max(2048, max_model_len) so any prompt fits
     max_model_len: int | None = None    # prompt + output per request; None: what the model supports
 
     # Prefill against decode: lesson 07.
@@ -45,45 +41,35 @@ class EngineConfig:
 
     # Who goes first, and who is turned away: lesson 07.
     scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt others
-    max_waiting: int | None = None      # waiting requests the next step cannot start (seats, token budget, KV
-    #                                     blocks), beyond which new requests are REJECTED at once; 0: none may
-    max_queue_delay_s: float | None = None  # a request still unscheduled after this long is REJECTED
+    max_waiting: int | None = None      # cap on waiting requests the next step cannot start (no seat, budget
+    #                                     or KV blocks); new ones beyond it are REJECTED at once. None: no cap
+    max_queue_delay_s: float | None = None  # a request unscheduled after this long is REJECTED; None: no cap
 
     # Preemption when KV blocks run out: lesson 06.
-    preemption_mode: str = "recompute"  # drop KV and prefill again; "swap": copy KV to CPU and back; "auto":
-    #                                     cheaper
+    preemption_mode: str = "recompute"  # drop KV, re-prefill; "swap": KV to CPU and back; "auto": the cheaper
     swap_space_mb: float = 64.0         # the CPU swap pool for "swap"/"auto"; when full, recompute instead
-    preemption_cost: PreemptionCost | None = None  # "auto"'s cost model; None: measured on this device at
-    #                                     start
+    preemption_cost: PreemptionCost | None = None  # "auto"'s costs; None: measured on this device at start
 
     # The KV cache: lesson 04.
-    block_size: int = 16                # tokens per KV block; small blocks waste less, cost more table
-    #                                     entries
+    block_size: int = 16                # tokens per KV block: smaller wastes less, costs more table entries
     num_blocks: int | None = None       # size of the KV pool in blocks; None: from kv_cache_memory_mb
     kv_cache_memory_mb: float = 256.0   # the KV budget when num_blocks is None
-    kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front, as before
-    #                                     paging
-    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt's prefix computed before (vLLM's
-    #                                     knob). Off by default, so the earlier lessons' figures stay what
-    #                                     they are
+    kv_reservation: str = "paged"       # "contiguous" reserves max_model_len per sequence up front
+    enable_prefix_caching: bool = False  # reuse the KV blocks of a prompt prefix computed before. Off by
+    #                                     default, so the earlier lessons' figures stay the same
 
     simulate: bool = False              # price each step with a cost model instead of running the network
     step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this
     #                                     CPU) or a GPU preset's RooflineCost from minicb.lab.hardware
-    attn_backend: str = "torch"         # "torch": one masked SDPA over the batch; "torch-loop": one call per
-    #                                     sequence; "triton": minicb_kernels (GPU, or CPU with
-    #                                     TRITON_INTERPRET=1)
-    compile: bool = False               # torch.compile the forward (attention stays eager): fewer, fused ops
-    #                                     per step, after a compile of tens of seconds; pays in long runs, not
-    #                                     lessons
-    trace_kv_blocks: bool = False       # record every block's owner each step (the KVBlockMap widget);
-    #                                     O(blocks)
+    attn_backend: str = "torch"         # "torch": a masked SDPA per batch; "torch-loop": one per sequence;
+    #                                     "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
+    compile: bool = False               # torch.compile the forward, not attention: fewer, fused ops per step
+    #                                     after a compile of tens of seconds; pays in long runs, not lessons
+    trace_kv_blocks: bool = False       # record each block's owner every step (KVBlockMap widget); O(blocks)
     trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory
     #                                     stays flat; 0: no trace at all; None: keep every step
-    check_kv_invariants: bool = False   # check the KV pool's rules after every step (lessons, tests);
-    #                                     O(blocks)
-    seed: int = 0                       # seeds requests whose SamplingParams.seed is None, for repeatable
-    #                                     runs
+    check_kv_invariants: bool = False   # check the KV pool's rules every step (lessons, tests); O(blocks)
+    seed: int = 0                       # seeds requests with SamplingParams.seed None, for repeatable runs
 
     def __post_init__(self) -> None:
         self.model = from_environment("model", self.model)
@@ -139,8 +125,7 @@ class EngineConfig:
         return "num_blocks" if self.num_blocks else "kv_cache_memory_mb"
 
     def token_budget(self, max_model_len: int) -> int:
-        """max_num_batched_tokens, or its default for an engine that serves max_model_len tokens per
-        sequence."""
+        """max_num_batched_tokens, or its default for this max_model_len."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         return (DEFAULT_TOKEN_BUDGET if self.enable_chunked_prefill
@@ -156,21 +141,20 @@ ENVIRONMENT = {"model": ("MINICB_MODEL", None), "device": ("MINICB_DEVICE", "aut
 
 
 def from_environment(field: str, value: Any) -> Any:
-    """EngineConfig's `field`: the value given, else its environment variable (when set and not empty), else
-    the built-in default."""
+    """The value given, else the field's environment variable when set and not empty, else the default."""
     variable, default = ENVIRONMENT[field]
     if value is not None:
         return value
     return os.environ.get(variable, "").strip() or default
 
 
-# Not command-line knobs: the model has its own flag, a cost model is an object, and a simulated
-# server would answer with token ids that were never computed.
+# Not flags: the model has its own, a cost model is an object, and a simulated server would answer with
+# token ids that were never computed.
 NOT_FLAGS = ("model", "simulate", "step_cost", "preemption_cost")
 
 
 def cli_knobs() -> dict[str, tuple[type, Any]]:
-    """EngineConfig's fields that a command line can set: name -> (type, default)."""
+    """name -> (type, default) of the fields a command line can set."""
     hints = get_type_hints(EngineConfig)
     knobs = {}
     for f in fields(EngineConfig):
@@ -181,8 +165,7 @@ def cli_knobs() -> dict[str, tuple[type, Any]]:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    """One flag per knob, named as the field (and as vLLM names it): max_num_seqs is --max-num-seqs.
-    EngineConfig validates the values, with its own messages."""
+    """One flag per knob, named after the field as vLLM does (--max-num-seqs); EngineConfig checks values."""
     group = parser.add_argument_group("engine", "EngineConfig's knobs; minicb/config.py says what each does")
     for name, (kind, default) in cli_knobs().items():
         flag = "--" + name.replace("_", "-")
@@ -198,5 +181,5 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The knobs' values from parsed flags, as keyword arguments for EngineConfig."""
+    """EngineConfig's keyword arguments from parsed flags."""
     return {name: getattr(args, name) for name in cli_knobs()}

@@ -1,6 +1,5 @@
-"""What steps and preemptions cost, in seconds: the simulator's clock and the "auto" preemption
-mode's choice. A leaf module (it imports no other part of minicb), so the config, the simulator,
-the runner and the scheduler can all use it."""
+"""What steps and preemptions cost, in seconds: the simulator's clock and "auto" preemption's choice.
+A leaf module (it imports nothing from minicb), so config, simulator, runner and scheduler can all use it."""
 from __future__ import annotations
 
 import math
@@ -10,8 +9,8 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class CostModel(Protocol):
-    """What the simulator's clock and the "auto" preemption mode need from a cost model: StepCost
-    (fitted on this CPU) and minicb.lab.hardware.RooflineCost (a GPU, modelled) both meet it."""
+    """What the simulator and "auto" preemption need: StepCost (fitted on this CPU) and
+    minicb.lab.hardware.RooflineCost (a modelled GPU) both meet it."""
     @property
     def per_swapped_token(self) -> float:
         """Seconds per token of KV copied one way between the device and the CPU swap pool."""
@@ -20,23 +19,17 @@ class CostModel(Protocol):
         """Seconds for one step computing num_tokens tokens that read context_tokens of KV in all."""
 
     def copy_s(self, tokens: int) -> float:
-        """Seconds for one copy, one way, of `tokens` tokens' KV (a swap out, or a swap in)."""
+        """Seconds to copy `tokens` tokens' KV one way (a swap out or a swap in)."""
 
     def preemption_cost(self) -> PreemptionCost:
-        """The prices "auto" compares: bringing a victim back by recomputing it or by swapping it."""
+        """What "auto" compares: the prices of bringing a victim back by recompute or by swap."""
 
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds per step = fixed + per_token * tokens computed + per_context_token * context read.
-
-    fixed is the per-step overhead (launches, Python), per_token the weight-bound work that grows
-    with the tokens in the batch, per_context_token the attention reads over every KV cached.
-    The defaults were fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores, eager (941 steps,
-    median error 4%; 2026-12-01, after the leaner step of bench/README.md). On a CPU a step costs
-    about its token count; on a GPU, decode is bound by memory bandwidth and costs nearly the same at
-    any batch size (minicb.lab.hardware.RooflineCost).
-    """
+    """Step seconds = fixed (launches, Python) + per_token * tokens computed + per_context_token * KV read.
+    Defaults fitted by bench/fit_step_cost.py on Bard, fp32, 2 CPU cores, eager: 941 steps, median error 4%
+    (2026-12-01). For a GPU (decode bound by memory bandwidth), use minicb.lab.hardware.RooflineCost."""
     fixed: float = 1.86e-3
     per_token: float = 2.2e-4
     per_context_token: float = 1.2e-6
@@ -49,22 +42,17 @@ class StepCost:
         return self.per_swapped_token * tokens   # a memcpy within RAM: no latency worth fitting
 
     def preemption_cost(self) -> PreemptionCost:
-        """Re-prefilling t tokens is one step of t tokens reading a context of t (linear in t, as
-        StepCost prices it); a swap is a copy each way. On this CPU swapping is cheaper at any length."""
+        """Recompute: one step of t tokens reading t of context (linear in t); swap: one copy each way.
+        On this CPU, swapping is cheaper at any length."""
         return PreemptionCost(self.fixed, self.per_token + self.per_context_token, 0.0,
                               0.0, 2 * self.per_swapped_token)
 
 
 @dataclass(frozen=True)
 class PreemptionCost:
-    """Seconds to bring back a victim with `tokens` of context, either way.
-
-    recompute: a + b*t + c*t^2 (a prefill step: fixed cost, per-token layers, attention's square)
-    swap:      d + e*t         (two copies of t tokens' KV, out and back, each with a fixed latency)
-
-    Every price is finite and >= 0, so recompute - swap is convex in t: swap is cheaper on at most two
-    ranges, one from 0 tokens and one that never ends, with recompute cheaper between them.
-    """
+    """Seconds to bring back a victim with t tokens of context: recompute a + b*t + c*t^2, swap d + e*t
+    (out and back). Every price is finite and >= 0, so recompute - swap is convex in t: swap is cheaper on
+    at most two ranges, one from 0 tokens and one that never ends, with recompute cheaper between."""
     recompute_fixed: float
     recompute_per_token: float
     recompute_per_token_sq: float

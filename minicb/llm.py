@@ -1,5 +1,4 @@
-"""LLM: the offline entry point, as in vLLM: `LLM().generate(prompts, params)`, or `stream` to see
-text as it is generated."""
+"""LLM, the offline entry point as in vLLM: `LLM().generate(prompts, params)`, or `stream` for live text."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -43,8 +42,7 @@ class LLM:
         return [engine.queue(req) for req in requests]
 
     def _abort_unfinished(self, ids: list[str]) -> None:
-        """A caller that stops listening (a closed stream, an exception) takes its requests with it,
-        so the next call does not run their steps first."""
+        """Abort the requests of a caller that stopped listening, so the next call skips their steps."""
         for request_id in ids:
             if request_id in self.engine.requests:
                 self.engine.abort(request_id)
@@ -66,9 +64,8 @@ class LLM:
         return [results[i] for i in ids]
 
     def stream(self, prompts, sampling_params=None) -> Iterator[tuple[int, str, RequestOutput]]:
-        """Yield (prompt index, new text, output) as soon as a request has new text to show. The
-        pieces of one request add up to its final text. Closing the iterator early (break, an
-        exception in the loop) aborts the requests it has not finished."""
+        """Yield (prompt index, new text, output) as text comes; one request's pieces add up to its text.
+        Closing the iterator early (break, an exception) aborts the requests it has not finished."""
         ids = self._submit(prompts, sampling_params)
         index = {rid: i for i, rid in enumerate(ids)}
         shown = dict.fromkeys(ids, 0)

@@ -21,7 +21,7 @@ def prompt_of_dict(prompt: dict) -> str | list[int]:
 
 
 def prompt_text(prompt: Prompt) -> str | None:
-    """The prompt as text, when it was given as text."""
+    """The prompt's text; None when it was given as token ids."""
     if isinstance(prompt, dict):
         prompt = prompt_of_dict(prompt)
     return prompt if isinstance(prompt, str) else None
@@ -39,16 +39,15 @@ def check_unicode(text: str) -> None:
 
 def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len: int, model_path: Path,
                   too_long_fix: str = "shorten the prompt") -> list[int]:
-    """Token ids for a prompt: text goes through the tokenizer (once), ids are checked. too_long_fix: what a
-    prompt over max_model_len is told to do."""
+    """Checked token ids for a prompt. too_long_fix: the advice for a prompt over max_model_len."""
     if isinstance(prompt, dict):
         prompt = prompt_of_dict(prompt)
     if isinstance(prompt, str):
         if tokenizer is None:
             raise ValueError(f"{model_path} has no tokenizer files; pass prompts as token-id lists")
         check_unicode(prompt)
-        # verbose=False: the length is checked below against the engine's own limit, with the fix named; the
-        # tokenizer's model_max_length warning would only say it twice, less usefully.
+        # verbose=False: the length check below names the engine's limit and the fix; the tokenizer's
+        # model_max_length warning would only repeat it, less usefully.
         ids = tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]
     elif isinstance(prompt, list):
         ids = prompt
@@ -69,8 +68,7 @@ def encode_prompt(prompt: Prompt, tokenizer: Any, vocab_size: int, max_model_len
 
 
 def check_params_and_priority(params: SamplingParams | None, priority: int, policy: str) -> SamplingParams:
-    """The request's sampling params (None: the defaults), with a clear error for a wrong type or a
-    priority the scheduling policy would silently ignore."""
+    """params, or the defaults for None. ValueError for a wrong type or a priority the policy would ignore."""
     if params is None:
         params = SamplingParams()
     elif not isinstance(params, SamplingParams):

@@ -1,13 +1,4 @@
-"""SamplingParams and the sampler: how each request turns its logits into its next token.
-
-Every request owns a torch.Generator, and the sampler handles each row of logits by that row's own
-parameters alone. So a seeded token is a function of the request's own generator and its own row of
-logits, whoever shares the batch. The logits themselves are not quite: a row of x @ W computed in a
-batch is not bitwise the row computed alone (the kernel splits its sums differently), so batched
-logits can differ from solo ones in their last bits. A draw that falls within that much of a boundary
-between two tokens of the cumulative distribution can then pick the other token, and the completions
-part from there on: the sampling twin of the greedy near-tie, about as rare.
-"""
+"""SamplingParams and the sampler: each request turns its own row of logits into its next token."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,9 +8,8 @@ import torch
 from minicb.checks import is_finite_number, is_int
 
 
-# Temperatures below this are greedy, as in vLLM's sampler (its _SAMPLING_EPS). Sampling divides the logits
-# by the temperature: below about 1e-38 that overflows fp32 to inf (NaN after the softmax), and long before,
-# at 1e-5, softmax(logits / t) is already the argmax for every top-2 gap above ~1e-4, the size of fp32 noise.
+# Greedy below this, as vLLM's _SAMPLING_EPS: logits / t overflows fp32 below ~1e-38, and at 1e-5 the
+# softmax is already the argmax for any top-2 gap above ~1e-4, the size of fp32 noise.
 GREEDY_BELOW = 1e-5
 
 
@@ -71,8 +61,7 @@ class SamplingParams:
             raise bad("ignore_eos", "use True or False")
         if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
             raise bad("seed", "use an integer in the int64 range [-2**63, 2**63 - 1] or None")
-        # As floats from here on: an int as large as 10**20 passed the checks, then overflowed
-        # torch.tensor mid-step.
+        # As floats: an int such as 10**20 passes the checks, then overflows torch.tensor mid-step.
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.stop_token_set = frozenset(self.stop_token_ids)   # a token is checked against it at every step
 
@@ -90,15 +79,9 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator]) -> list[int | None]:
-    """Next tokens for B requests from fp32 logits (B, vocab), each with its own parameters and generator;
-    None for a row that cannot be sampled (NaN or inf in its logits, or in its distribution once scaled by
-    its temperature), so that only its own request fails.
-
-    Sampling is inverse-CDF: one uniform draw from the request's own generator picks a token from
-    the cumulative distribution of its row. Every step is row-wise, and how a row is handled depends
-    on its own parameters only: the same row of logits and the same generator give the same token,
-    whatever the other rows are (the module docstring says why batched logits may still differ).
-    """
+    """Next token of each row of fp32 logits (B, vocab), by its own params and generator only; None for a
+    row with NaN or inf (in its logits, or once scaled by its temperature), so only its request fails.
+    Batched logits may differ from solo ones in the last bits, so a seeded draw can, rarely, differ too."""
     if all(p.greedy for p in params):
         return _sample(logits, params, generators)
     states = [g.get_state() for g in generators]
@@ -141,9 +124,8 @@ def _sample(logits: torch.Tensor, params: list[SamplingParams],
 
 def _inverse_cdf(logits: torch.Tensor, params: list[SamplingParams], u: torch.Tensor,
                  use_filters: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R, V) logits -> (R,) tokens, and (R,) whether each row's distribution was finite. With filters,
-    the vocabulary is first sorted by logit so that top-k and top-p become masks over ranks; without,
-    sorting (the costly part) is skipped."""
+    """(R, V) logits -> (R,) tokens, (R,) whether each row's distribution was finite. Only filters pay for
+    the sort (the costly part) that makes top-k and top-p masks over ranks."""
     V = logits.shape[1]
     device = logits.device
     scaled = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]

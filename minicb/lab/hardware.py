@@ -1,17 +1,8 @@
-"""Hardware presets for the simulator: which clock a simulated engine runs on.
+"""Hardware presets for the simulator: the clock a simulated engine runs on, and its KV pool.
 
-"this CPU" is the StepCost fitted on Bard here (measured). The GPU presets price an 8B Llama-class
-model in bf16 on an H100/H200 with a roofline (modelled, not measured):
-
-    step = overhead + max(bytes read / HBM bandwidth, FLOPs / compute)
-
-where a step reads every weight once and each sequence's whole KV context, and computes
-2 x weights FLOPs per token plus attention. Every number it takes on trust is a named field below,
-and each preset's notes say them in words. The simulator still runs Bard's prompts, tokens and
-vocabulary; only the time a step takes is the 8B model's.
-
-    engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
-                       block_size=preset.block_size)
+"this CPU": StepCost fitted on Bard (measured). H100/H200: an 8B Llama in bf16 priced by a roofline
+(modelled): step = overhead + max(bytes read / HBM bandwidth, FLOPs / compute). Only the step time is the
+8B model's; prompts, tokens and vocabulary stay Bard's.
 """
 from __future__ import annotations
 
@@ -33,31 +24,30 @@ GB = 1e9   # datasheets count memory and bandwidth in powers of ten
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A Llama-style decoder's shapes: enough to count its weights, FLOPs and KV bytes."""
+    """A Llama-style decoder's shapes, enough to count its weights, FLOPs and KV bytes."""
     name: str
     num_layers: int
     hidden_size: int
     num_heads: int
-    num_kv_heads: int          # fewer than num_heads: grouped-query attention, a smaller KV cache
+    num_kv_heads: int          # fewer than num_heads under grouped-query attention
     head_dim: int
     intermediate_size: int
     vocab_size: int
     bytes_per_param: int = 2   # bf16 weights
     bytes_per_kv: int = 2      # bf16 KV cache
-    context_window: int = 8192   # the longest context it serves: a victim's KV never outgrows it
+    context_window: int = 8192   # longest context served: a victim's KV never outgrows it
 
     @property
     def streamed_params(self) -> int:
-        """Weights a step reads and multiplies: every layer's (q, k, v, o, gate, up, down, two norms),
-        the final norm and the LM head. Not the input embedding (untied): a step gathers only its
-        tokens' rows of it."""
+        """Weights a step reads and multiplies: every layer, the final norm and the LM head. Not the (untied)
+        input embedding: a step gathers only its tokens' rows."""
         attention = self.hidden_size * self.head_dim * 2 * (self.num_heads + self.num_kv_heads)
         layer = attention + 3 * self.hidden_size * self.intermediate_size + 2 * self.hidden_size
         return self.num_layers * layer + self.hidden_size + self.vocab_size * self.hidden_size
 
     @property
     def weight_bytes(self) -> int:
-        """What the weights take in GPU memory: the streamed ones and the input embedding."""
+        """GPU memory of the weights: the streamed ones plus the input embedding."""
         return (self.streamed_params + self.vocab_size * self.hidden_size) * self.bytes_per_param
 
     @property
@@ -67,36 +57,35 @@ class ModelShape:
 
     @property
     def attention_flops_per_pair(self) -> int:
-        """FLOPs for one (query, key) pair in every layer and head: QK^T and PV, 2 FLOPs per multiply-add."""
+        """For one (query, key) pair over all layers and heads: QK^T and PV, 2 FLOPs per multiply-add."""
         return 4 * self.num_layers * self.num_heads * self.head_dim
 
     @classmethod
     def of(cls, config: ModelConfig, name: str, bytes_per_param: int = 2,
            bytes_per_kv: int = 2) -> ModelShape:
-        """The shapes of a model minicb loads (its ModelConfig), held in bytes_per_param and bytes_per_kv."""
+        """From a model minicb loads; context_window is its max_position_embeddings."""
         return cls(name, config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
                    config.head_dim, config.intermediate_size, config.vocab_size, bytes_per_param,
                    bytes_per_kv, config.max_position_embeddings)
 
     def step_bytes(self, context_tokens: int) -> int:
-        """What a step reads from memory: every streamed weight once, and each sequence's whole KV context
-        (context_tokens, summed over the step's sequences, new tokens included)."""
+        """Every streamed weight once, plus each sequence's whole KV context (context_tokens: summed over
+        the step's sequences, new tokens included)."""
         return self.streamed_params * self.bytes_per_param + context_tokens * self.kv_bytes_per_token
 
     def step_flops(self, num_tokens: int, context_tokens: int) -> float:
-        """2 FLOPs per weight per token, and attention's (query, key) pairs estimated as context_tokens (exact
-        for decodes) plus num_tokens**2 / 2 (the causal triangle, as if the new tokens were one prompt)."""
+        """2 FLOPs per weight per token, plus attention over context_tokens + num_tokens**2 / 2 pairs (exact
+        for decodes; the triangle treats the new tokens as one prompt)."""
         pairs = context_tokens + num_tokens ** 2 / 2
         return 2 * self.streamed_params * num_tokens + self.attention_flops_per_pair * pairs
 
     def arithmetic_intensity(self, num_tokens: int, context_tokens: int) -> float:
-        """FLOPs per byte read, for a step of num_tokens new tokens over context_tokens of context: below a
-        device's ridge point (RooflineCost.ridge_point) the step waits on memory, above it on arithmetic."""
+        """FLOPs per byte read; below RooflineCost.ridge_point a step is memory-bound."""
         return self.step_flops(num_tokens, context_tokens) / self.step_bytes(context_tokens)
 
 
-# HuggingFaceTB/SmolLM2-135M-Instruct's config.json (tied embeddings: the LM head is the input embedding, read
-# every step all the same), so its counts need no weights fetched.
+# HuggingFaceTB/SmolLM2-135M-Instruct's config.json, so no weights need fetching. Its embeddings are tied,
+# but a step still reads the LM head.
 SMOLLM2_135M = ModelShape("SmolLM2-135M", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3,
                           head_dim=64, intermediate_size=1536, vocab_size=49152, context_window=8192)
 
@@ -107,13 +96,13 @@ LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """Datasheet figures (peaks, not what kernels reach: RooflineAssumptions scales them)."""
+    """Datasheet figures: peaks, not what kernels reach (RooflineAssumptions scales them)."""
     name: str
-    memory_bytes: float     # HBM capacity as the datasheet says it (the driver reports a few % more:
-    #                         81,559 MiB on an H100 80GB), so the KV pool below errs small
+    memory_bytes: float     # datasheet HBM capacity; the driver reports a few % more (81,559 MiB on an
+    #                         H100 80GB), so the KV pool errs small
     hbm_bandwidth: float    # bytes/s
     peak_flops: float       # dense bf16 FLOP/s, without 2:4 sparsity
-    host_link: float        # bytes/s one way to the host's pinned memory, effective (what swaps cross)
+    host_link: float        # effective bytes/s one way to pinned host memory (what swaps cross)
     host_link_name: str
 
 
@@ -127,21 +116,20 @@ HOST_LINKS = {"PCIe 3.0 x16": 12 * GB, "PCIe 4.0 x16": 25 * GB, "PCIe 5.0 x16": 
 
 @dataclass(frozen=True)
 class CPURoofline:
-    """This CPU's two roofs, measured on the threads torch uses: fp32 matmul FLOP/s and the bytes/s of one
-    pass over a tensor far larger than its caches (what a decode step's weight reads see)."""
+    """This CPU's roofs on torch's threads: fp32 matmul FLOP/s, and bytes/s of one pass over a tensor far
+    larger than the caches (what a decode step's weight reads see)."""
     flops: float
     bandwidth: float
 
     @property
     def ridge_point(self) -> float:
-        """FLOP per byte read at which a step takes as long to compute as to read
-        (RooflineCost.ridge_point)."""
+        """FLOP per byte at which compute and reads take equally long (as RooflineCost.ridge_point)."""
         return self.flops / self.bandwidth
 
 
 def measure_cpu_roofline(matmul_size: int = 768, stream_mb: int = 256, repeats: int = 3) -> CPURoofline:
-    """The best of `repeats` of a square fp32 matmul (as compute-bound as a CPU kernel gets) and of a sum over
-    stream_mb of fp32 (every byte read once, from RAM). Under a second; a timing, so it varies with load."""
+    """Best of `repeats` of a square fp32 matmul and of a sum over stream_mb of fp32 (each byte read once
+    from RAM). Takes under a second; it varies with load."""
     import time
 
     def best_of(work) -> float:
@@ -163,32 +151,27 @@ def measure_cpu_roofline(matmul_size: int = 768, stream_mb: int = 256, repeats: 
 @dataclass(frozen=True)
 class RooflineAssumptions:
     """The numbers a roofline takes on trust, each with the reason for its value."""
-    hbm_efficiency: float = 0.8      # share of datasheet bandwidth a decode step's weight and KV reads reach;
+    hbm_efficiency: float = 0.8      # share of datasheet bandwidth that weight and KV reads reach:
     #                                  streaming kernels measure 80-90% on H100
-    flops_efficiency: float = 0.6    # share of dense peak a compute-bound step (a prefill, a decode of
-    #                                  hundreds of sequences) reaches: large bf16 GEMMs run at 65-75%,
-    #                                  attention, norms and activations pull a whole layer below that
-    step_overhead_s: float = 1e-3    # per step, whatever the batch: scheduling, input preparation, sampling
-    #                                  and kernel launches; a server with CUDA graphs for decode (vLLM V1) is
-    #                                  near 1 ms, eager-mode servers paid several
-    swap_latency_s: float = 50e-6    # per copy of one victim's KV, one way: a gather into a pinned buffer,
-    #                                  the DMA setup and the wait before its blocks are reused (lesson 06b
-    #                                  uses 0.1 ms for both)
-    block_copy_overhead_s: float = 0.0   # per contiguous piece a swap copies (one layer's K or V of one
-    #                                  block), beyond its bytes. 0: a victim's blocks move as one batched
-    #                                  copy, as vLLM's later swap kernels do (PRs #11531, #38460). About 1e-5
-    #                                  when each piece is a cudaMemcpyAsync of its own, as vLLM's first
-    #                                  swap_blocks did: a 32 KB piece then moves at about 3 GB/s, the rate
-    #                                  PR #11531 measured for those on an A100
-    memory_utilization: float = 0.9  # share of GPU memory the server takes (vLLM's gpu_memory_utilization
-    #                                  default)
-    activation_headroom_bytes: float = 4 * GB  # of that share, not for KV: activations of a 2k-token step,
-    #                                  CUDA graphs, the allocator's slack
+    flops_efficiency: float = 0.6    # share of dense peak a compute-bound step reaches: large bf16 GEMMs
+    #                                  run at 65-75%; attention, norms and activations pull a layer lower
+    step_overhead_s: float = 1e-3    # per step: scheduling, inputs, sampling, launches. Near 1 ms with CUDA
+    #                                  graphs for decode (vLLM V1); eager-mode servers paid several
+    swap_latency_s: float = 50e-6    # per one-way copy of a victim's KV: pinned gather, DMA setup, wait
+    #                                  before its blocks are reused (lesson 06b uses 0.1 ms for both)
+    block_copy_overhead_s: float = 0.0   # per piece a swap copies (a layer's K or V of a block), beyond
+    #                                  its bytes. 0: one batched copy per victim, as in vLLM's later swap
+    #                                  kernels (PRs #11531, #38460). About 1e-5 with a cudaMemcpyAsync per
+    #                                  piece, as vLLM's first swap_blocks: 32 KB then moves at about 3 GB/s
+    #                                  (PR #11531, on an A100)
+    memory_utilization: float = 0.9  # server's share of GPU memory (vLLM's gpu_memory_utilization default)
+    activation_headroom_bytes: float = 4 * GB  # of that share, not KV: a 2k-token step's activations,
+    #                                  CUDA graphs, allocator slack
 
 
 @dataclass(frozen=True)
 class RooflineCost:
-    """A step's seconds on `gpu` for `model`, from the roofline and `assume`. Meets minicb.costs.CostModel."""
+    """A step's seconds on `gpu` for `model`, from the roofline and `assume`; a minicb.costs.CostModel."""
     model: ModelShape
     gpu: GPUSpec
     assume: RooflineAssumptions = RooflineAssumptions()
@@ -204,20 +187,18 @@ class RooflineCost:
 
     @property
     def ridge_point(self) -> float:
-        """The arithmetic intensity (FLOP per byte) at which a step takes as long to compute as to read: a
-        step below it is memory-bound on this GPU, above it compute-bound."""
+        """FLOP per byte at which compute and reads take equally long; below it a step is memory-bound."""
         return self.compute / self.bandwidth
 
     @property
     def per_swapped_token(self) -> float:
-        """One way, per token: its KV bytes over the link, and its share of its block's pieces' overhead."""
+        """One-way seconds per token: its KV bytes over the link plus its share of per-piece overhead."""
         pieces = 2 * self.model.num_layers / self.block_size
         return self.model.kv_bytes_per_token / self.gpu.host_link + pieces * self.assume.block_copy_overhead_s
 
     def __call__(self, num_tokens: int, context_tokens: int) -> float:
-        """context_tokens is every sequence's whole context, new tokens included, summed: each sequence
-        reads its KV once per layer (ModelShape.step_bytes and step_flops). At Bard's contexts (up to 1,024
-        tokens) attention is at most a few percent of the FLOPs, so its estimate hardly moves a step."""
+        """context_tokens: every sequence's whole context, new tokens included, summed. At Bard's contexts
+        (up to 1,024 tokens) attention is a few percent of the FLOPs at most: its estimate matters little."""
         m = self.model
         return self.assume.step_overhead_s + max(m.step_bytes(context_tokens) / self.bandwidth,
                                                  m.step_flops(num_tokens, context_tokens) / self.compute)
@@ -226,10 +207,9 @@ class RooflineCost:
         return self.assume.swap_latency_s + tokens * self.per_swapped_token
 
     def preemption_cost(self) -> PreemptionCost:
-        """Recompute: the FLOPs of t more rows in a step that runs anyway (preemption happens only
-        while others are being served, and that step pays the overhead and the weight reads already),
-        t rows through every weight and a causal triangle of t^2 / 2 pairs. In a memory-bound step
-        those rows partly ride free, so this is an upper bound. Swap: one copy each way."""
+        """Recompute: the FLOPs of t more rows in a step that runs anyway (it pays the overhead and weight
+        reads already): t rows through every weight and t^2 / 2 attention pairs. An upper bound, as a
+        memory-bound step runs those rows partly free. Swap: one copy each way."""
         return PreemptionCost(recompute_fixed=0.0,
                               recompute_per_token=2 * self.model.streamed_params / self.compute,
                               recompute_per_token_sq=self.model.attention_flops_per_pair / 2 / self.compute,
@@ -237,9 +217,9 @@ class RooflineCost:
                               swap_per_token=2 * self.per_swapped_token)
 
     def kv_pool_blocks(self, block_size: int) -> int:
-        """KV blocks that fit beside the weights: the server's share of memory, less the weights and
-        the headroom, at the model's KV bytes per token. Not capped: a simulated step's work does not grow
-        with the pool, and the simulator's stand-in cache takes 8 bytes a slot (6.5 MB for 51k blocks)."""
+        """KV blocks in the server's share of memory, less the weights and the headroom. Not capped: a
+        simulated step's work does not grow with the pool, and its stand-in cache takes 8 bytes a slot
+        (6.5 MB for 51k blocks)."""
         a = self.assume
         kv_bytes = (self.gpu.memory_bytes * a.memory_utilization - self.model.weight_bytes
                     - a.activation_headroom_bytes)
@@ -248,17 +228,17 @@ class RooflineCost:
 
 @dataclass(frozen=True)
 class HardwarePreset:
-    """A simulated engine's hardware: its clock (a cost model) and the KV pool it holds."""
+    """A simulated engine's hardware: its clock (a cost model) and its KV pool."""
     name: str              # the playground's dropdown label
-    step_cost: CostModel   # EngineConfig(step_cost=...): __call__(num_tokens, context_tokens) -> seconds
-    num_blocks: int        # the KV pool, in blocks of block_size tokens, this hardware and model hold
+    step_cost: CostModel   # EngineConfig(step_cost=...): (num_tokens, context_tokens) -> seconds
+    num_blocks: int        # the KV pool, in blocks of block_size tokens
     block_size: int
-    modelled: bool         # True for a roofline model, False for a measured fit
+    modelled: bool         # True: a roofline model; False: a measured fit
     notes: str             # every assumption, in words
 
 
 def roofline_notes(cost: RooflineCost, block_size: int) -> str:
-    """Every assumption of a roofline preset in words, written from the numbers themselves."""
+    """Every assumption of a roofline preset, in words built from its numbers."""
     m, g, a = cost.model, cost.gpu, cost.assume
     assumptions = "; ".join(f"{f.name}={getattr(a, f.name):g}" for f in fields(a))
     return (f"Modelled, not measured. {m.name} shapes ({m.num_layers} layers, hidden {m.hidden_size}, "
@@ -311,9 +291,8 @@ PRESETS: dict[str, HardwarePreset] = {p.name: p for p in (
 
 def crossover_table(cost: RooflineCost, links: dict[str, float] = HOST_LINKS,
                     peaks: tuple[float, ...] = (400e12, 989e12)) -> list[dict]:
-    """Where "auto" starts to swap rather than recompute (tokens of context), for `cost` on each host
-    link and dense peak. A faster link makes swapping cheaper, so it wins from fewer tokens; faster
-    compute makes recomputing cheaper, so swapping wins only from more."""
+    """The context (tokens) from which "auto" swaps rather than recomputes, for `cost` on each host link
+    and dense peak."""
     rows = []
     for peak in peaks:
         for link_name, link in links.items():
@@ -328,10 +307,9 @@ def crossover_table(cost: RooflineCost, links: dict[str, float] = HOST_LINKS,
 
 def loaded_throughput(preset: HardwarePreset, batching: str, workload: list[WorkloadRequest],
                       max_num_seqs: int, parts: EngineParts | None = None) -> float:
-    """Output tokens per simulated second on `preset` while requests are still waiting: a server's
-    throughput under sustained load. The whole workload is queued at once (arrival times are not
-    used), and the run stops when the queue empties: the drain that ends a finite workload, a few
-    long requests running alone, never comes under a steady stream of requests. `parts`: a lesson's."""
+    """Output tokens per simulated second while requests still wait (throughput under sustained load).
+    The whole workload is queued at once (arrival times unused), and the run stops when the queue empties:
+    a steady stream never has the final drain. `parts`: a lesson's engine parts."""
     engine = LLMEngine(simulate=True, step_cost=preset.step_cost, num_blocks=preset.num_blocks,
                        block_size=preset.block_size, batching=batching, max_num_seqs=max_num_seqs,
                        trace_max_steps=0, parts=parts)

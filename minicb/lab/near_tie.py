@@ -1,14 +1,7 @@
 """Telling a bug from a near-tie when two greedy runs of the same prompts disagree.
 
-A row of `x @ W` computed inside a batch is not bitwise the row computed alone, so a batched run and a
-solo run may differ in the last bits of their logits. Where the best two next-token logits are that
-close, greedy decoding may pick either, and the two runs part ways from there: a near-tie, not a bug.
-Anywhere else a divergence is a bug. compare_greedy_runs says which, run by run: it finds where each pair of
-runs first differs and asks the reference model how close its choice was there.
-
-How close counts as a near-tie depends on the dtype: fp32 logits differ in their last bits (about 1e-6
-of their size), bf16 ones by whole units of its 8-bit mantissa (0.0625 at a logit of 10), so the bound
-is NEAR_TIE_BOUND[dtype].
+Batched and solo logits differ in their last bits, so below a top-2 gap of NEAR_TIE_BOUND[dtype] greedy may
+pick either: fp32 logits differ by about 1e-6 of their size, bf16 ones by 0.0625 at a logit of 10.
 """
 from __future__ import annotations
 
@@ -32,26 +25,25 @@ def _gaps(runner, token_ids: list[int], every_row: bool) -> list[float]:
 
 
 def gaps_of(logits: torch.Tensor) -> torch.Tensor:
-    """The gap between the two best logits of each row, read in fp32 (as a bf16 model's logits are)."""
+    """The gap between the two best logits of each row, in fp32 (as a bf16 model's logits are read)."""
     top = logits.float().topk(2, dim=-1).values   # (rows, 2)
     return top[..., 0] - top[..., 1]
 
 
 def top2_gaps(runner, token_ids: list[int]) -> list[float]:
-    """The gap between the two best next-token logits after every prefix of token_ids (entry i: after
-    token_ids[:i + 1]), from one prefill of token_ids alone on `runner`, read in fp32."""
+    """Entry i: the top-2 logit gap after token_ids[:i + 1], from one solo prefill on `runner`, in fp32."""
     return _gaps(runner, token_ids, every_row=True)
 
 
 def top2_gap(runner, token_ids: list[int]) -> float:
-    """The gap after all of token_ids (top2_gaps' last entry), from the last row's logits alone."""
+    """top2_gaps' last entry, from the last row's logits alone."""
     return _gaps(runner, token_ids, every_row=False)[0]
 
 
 @dataclass
 class GreedyComparison:
-    """How runs compare with their references: `same` match token for token; the others first differ at a
-    step (run index, step, the reference's top-2 gap there), below the bound (near_ties) or not (bugs)."""
+    """`same` runs match their reference token for token. The others first differ at a step, as
+    (run, step, the reference's top-2 gap there): in near_ties if the gap is below `bound`, else in bugs."""
     runs: int
     bound: float
     same: int = 0
@@ -76,11 +68,9 @@ class GreedyComparison:
 def compare_greedy_runs(runner, prompt_ids: list[list[int]], got: list[list[int]], want: list[list[int]],
                         bound: float | None = None, gap_at: Callable[[int, int], float] | None = None
                         ) -> GreedyComparison:
-    """Compare greedy runs `got` with the reference runs `want` of the same prompts. Where a pair first
-    differs, the reference's top-2 gap there decides: below `bound` (by default NEAR_TIE_BOUND of the runner's
-    dtype) a near-tie, else a bug. gap_at(run, step) gives that gap, by default from the prompt and want's
-    tokens so far, prefilled alone on `runner`. A run shorter or longer than its reference, where both agree,
-    is a bug at the shorter one's end."""
+    """Where `got` first differs from `want`, a reference top-2 gap below `bound` (default: NEAR_TIE_BOUND
+    of the runner's dtype) is a near-tie, else a bug. gap_at(run, step) gives the gap (default: the prompt
+    and want's tokens so far, prefilled alone on `runner`). A length mismatch is a bug at the shorter end."""
     if gap_at is None:
         gap_at = lambda run, step: top2_gap(runner, prompt_ids[run] + want[run][:step])  # noqa: E731
     result = GreedyComparison(len(want), NEAR_TIE_BOUND[runner.dtype] if bound is None else bound)

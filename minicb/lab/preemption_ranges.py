@@ -1,6 +1,5 @@
-"""Where each way back from a preemption is cheaper, by context length (lesson 06b): a PreemptionCost's prices
-(minicb/costs.py) compared at every length. recompute - swap is convex in the context, so swap is cheaper on
-at most two ranges, one from 0 tokens and one that never ends, with recompute cheaper between them."""
+"""Where swap or recompute is cheaper after a preemption, by context length (lesson 06b).
+recompute - swap is convex in the context, so swap wins on at most two ranges: one from 0, one without end."""
 from __future__ import annotations
 
 import math
@@ -9,11 +8,10 @@ from minicb.costs import PreemptionCost
 
 
 def ranges(cost: PreemptionCost) -> list[tuple[int, float, str]]:
-    """Where each choice is cheaper: (first, stop, "swap" or "recompute") over every context length from 0
-    tokens, in order, each range ending where the next begins (stop exclusive; inf for the last). The ends are
-    exact: cost.swap_s(t) < cost.recompute_s(t) holds for t in a "swap" range and for no other t."""
-    # Over whole tokens the gap recompute - swap falls until `turn` and rises from it (convexity), so
-    # swap wins on [0, first_loss) and again from first_win on, with recompute between them.
+    """(first, stop, "swap" or "recompute") ranges covering every context length from 0, in order; stop is
+    exclusive, inf for the last. cost.swap_s(t) < cost.recompute_s(t) exactly when t is in a "swap" range."""
+    # By convexity recompute - swap falls until `turn` and rises from it, so swap wins on [0, first_loss)
+    # and again from first_win on.
     if cost.recompute_per_token_sq > 0:
         lowest = (cost.swap_per_token - cost.recompute_per_token) / (2 * cost.recompute_per_token_sq)
         turn = max(0, math.floor(min(lowest, 2.0 ** 62)) + 1)
@@ -42,8 +40,8 @@ def ranges(cost: PreemptionCost) -> list[tuple[int, float, str]]:
     return out
 
 def crossover_tokens(cost: PreemptionCost) -> float:
-    """The context from which swapping is cheaper for good: 0 if always, inf if never. It says
-    nothing of a short range at the start where swap may also win: ranges() gives them all."""
+    """The context from which swapping stays cheaper: 0 if always, inf if never. Ignores a swap range at
+    the start; ranges() gives all."""
     first, _, choice = ranges(cost)[-1]
     return float(first) if choice == "swap" else math.inf
 
@@ -64,8 +62,8 @@ def describe(cost: PreemptionCost) -> str:
 
 
 def _first(holds, lo: int, hi: int | None) -> int | None:
-    """The first t in [lo, hi) where `holds` turns true, given that it stays true once it does (hi None:
-    unbounded, searched up to 2^62 tokens); None if it never does there."""
+    """The first t in [lo, hi) where `holds` is true, given it stays true from there on; None if none.
+    hi None: unbounded, searched up to 2^62."""
     if hi is None:
         hi = max(1, 2 * lo)
         while not holds(hi):

@@ -1,11 +1,7 @@
-"""Workloads: Bard speaker prompts, arrival processes and output-length distributions.
+"""Workloads: Bard speaker prompts, arrival processes and output-length distributions, and a loop to run them.
 
-Natural lengths come from the model's own EOS. For controlled sweeps, lengths are drawn from a
-distribution and forced with ignore_eos: fixed (every request the same, like classification),
-uniform, or heavy-tailed (lognormal with the corpus's median 23 and p90 109 tokens).
-
-with_prologue puts a long passage before every prompt: the same one (a system prompt, a shared
-document: what prefix caching saves), a few in turn, or, for contrast, a shuffle for each request.
+Output lengths are natural (the model's own EOS) or drawn and forced with ignore_eos: fixed, uniform, or
+heavy-tailed (lognormal with the corpus's median 23 and p90 109 tokens).
 """
 from __future__ import annotations
 
@@ -97,10 +93,8 @@ def make_workload(n: int, lengths: str = "natural", rate: float | None = None, s
 
 def with_prologue(workload: list[WorkloadRequest], num_prologues: int | None = 1, prologue: str = PROLOGUE,
                   seed: int = 0) -> list[WorkloadRequest]:
-    """Each request's text prompt after a long passage. num_prologues=1: the same `prologue` for every
-    request (a system prompt, a shared document: what prefix caching saves); k: k passages taken in
-    turn, `prologue` and k - 1 shuffles of its words (k system prompts); None: a shuffle of its own for
-    each request (as long, but no two prompts share a first block)."""
+    """Put a long passage before each text prompt. num_prologues=1: the same `prologue` for all; k: k
+    passages in turn, `prologue` and k - 1 shuffles of its words; None: a shuffle per request."""
     rng = random.Random(seed)
 
     def shuffled() -> str:
@@ -113,8 +107,8 @@ def with_prologue(workload: list[WorkloadRequest], num_prologues: int | None = 1
 
 
 def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True) -> list[RequestOutput]:
-    """Feed requests to the engine at their arrival times (engine clock) and step until all are done.
-    Returns the final RequestOutput of every request, in workload order."""
+    """Add requests at their arrival times (engine clock) and step until all finish.
+    Returns each request's final RequestOutput, in workload order."""
     t0 = engine.clock()
     pending = deque(sorted(range(len(workload)), key=lambda i: workload[i].arrival_time))
     ids: dict[str, int] = {}
@@ -137,11 +131,9 @@ def run_workload(engine, workload: list[WorkloadRequest], progress: bool = True)
 
 def hot_and_cold_prompts(seed: int, num_requests: int = 200, num_hot: int = 3, prologue_tokens: int = 16,
                          hot_share: float = 0.5, vocab_size: int = 2000, phases: int = 1) -> list[list[int]]:
-    """Token-id prompts that an eviction policy is measured on (lesson 10, task 2): each begins with one
-    of num_hot hot prologues (with probability hot_share), used again and again, or with a cold one of
-    its own, used once, and ends in a tail of 1 to 6 tokens of its own. With phases > 1 the requests come
-    in that many equal parts, each with hot prologues of its own: what was hot goes cold, as traffic does
-    when a new system prompt ships."""
+    """Token-id prompts to measure an eviction policy on (lesson 10, task 2). Each starts with one of num_hot
+    shared prologues (probability hot_share) or a cold one of its own, then a 1-6 token tail. phases > 1
+    splits the requests into equal parts with their own hot prologues (as when a new system prompt ships)."""
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:

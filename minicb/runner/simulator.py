@@ -1,18 +1,6 @@
-"""The simulator: the engine's scheduling, run against a step-cost model instead of the network.
-
-SimulatedRunner stands where ModelRunner stands and takes the same FlatBatch, so every line of
-scheduling, block management and batch building is shared with real runs. Two things differ:
-the time a step takes comes from a cost model, and the next token comes from a deterministic
-stand-in (never EOS: a length is set by max_tokens, or by stop_token_ids where a request has them).
-Lessons use it to run thousands of requests in seconds, with exact and repeatable numbers. The
-cost model may price another model on other hardware (minicb.lab.hardware's presets): the prompts,
-tokens and vocabulary stay Bard's, and only the clock changes.
-
-The stand-in still honours the KV cache's contract. Its "cache" holds the token id written into
-each slot, it writes through slot_mapping, swaps copy it, and the next token is a hash of what the
-sequence reads back through its block table. A lost swap copy, a stale block or a wrong slot
-therefore changes the tokens, just as it would on the real network, and the reliability tests see it.
-"""
+"""The simulator: the engine's scheduling against a step-cost model instead of the network, so lessons run
+thousands of requests in seconds with exact, repeatable numbers. A cost model may price another model on
+other hardware (minicb.lab.hardware's presets); prompts, tokens and vocabulary stay Bard's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,7 +15,9 @@ from minicb.runner.model_runner import RowSampling, load_tokenizer
 
 
 class SimulatedRunner:
-    """A ModelRunner look-alike: same inputs, a cost model for time, a stand-in for tokens."""
+    """A ModelRunner look-alike: the same FlatBatch, a cost model for time, a stand-in for tokens (never EOS:
+    max_tokens or stop_token_ids end a request). Its cache holds token ids and the stand-in reads them back,
+    so a lost swap copy, a stale block or a wrong slot changes the tokens, as on the real network."""
 
     def __init__(self, model: str | Path | None = None, cost: CostModel | None = None, num_blocks: int = 512,
                  block_size: int = 16, num_swap_blocks: int = 0):
@@ -67,10 +57,8 @@ class SimulatedRunner:
             dst[to] = src[frm]
 
     def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int]:
-        """The stand-in next token of each sampling row: a hash of the token ids the sequence reads back
-        from the cache, in order, and of its length, never EOS. With a correct cache that is a function of
-        the sequence's own tokens only, so a request's tokens never depend on its batch, just like the real
-        model's. It ignores the sampling parameters: a simulated run is the same at any temperature."""
+        """Each sampling row's stand-in token, never EOS: a hash of its length and of the token ids it reads
+        back from the cache, so with a correct cache it never depends on the batch. Ignores the params."""
         attn = batch.attn
         self.now += self.cost(batch.num_tokens, int(attn.seq_lens.sum()))
         written = attn.slot_mapping >= 0

@@ -1,11 +1,7 @@
-"""Latency targets and goodput: what a served request must meet to count, and the verdict on a run.
+"""Latency targets (SLOs) and goodput: what a served request must meet to count, and the verdict on a run.
 
-Goodput, the course's one definition (DistServe's, Zhong et al., OSDI 2024): completed requests per
-second that meet every target of a per-request SLO, `RequestSlo`, whose targets are always named with
-the figure. The course uses three sets of targets (docs/GLOSSARY.md has the table): SloTarget's two,
-per request (TTFT and every inter-token gap: lesson 07's grade_slo, load_curve, the playground and the
-benchmark client's defaults); lesson 07's overload experiment, e2e alone; and vLLM's benchmark, TTFT and
-TPOT (the benchmark client's --slo-tpot).
+Goodput is DistServe's (Zhong et al., OSDI 2024): completed requests per second that meet every target of
+a RequestSlo. Name the targets with the figure; docs/GLOSSARY.md tables the course's three sets of them.
 """
 from __future__ import annotations
 
@@ -22,11 +18,10 @@ def _duration(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class RequestSlo:
-    """The latency targets one request must meet to count towards goodput, in seconds; None leaves a
-    target out. A request meets the SLO when it meets every target that is set."""
-    ttft_s: float | None = None     # arrival (a client: the send) to the first token
-    itl_s: float | None = None      # every gap between two consecutive tokens, the longest included
-    tpot_s: float | None = None     # the mean gap: (last token - first token) / (tokens - 1)
+    """One request's latency targets for goodput, in seconds; None leaves a target out."""
+    ttft_s: float | None = None     # arrival (for a client: the send) to first token
+    itl_s: float | None = None      # every gap between consecutive tokens
+    tpot_s: float | None = None     # mean gap: (last token - first token) / (tokens - 1)
     e2e_s: float | None = None      # arrival to the whole result
 
     def __post_init__(self) -> None:
@@ -39,8 +34,7 @@ class RequestSlo:
                 raise ValueError(f"{name} must be a positive number of seconds or None, not {value}")
 
     def met(self, ttft: float | None, itl: list[float], tpot: float | None, e2e: float | None) -> bool:
-        """Whether one request's latencies meet every target set. A value of None (the TPOT of a one-token
-        reply) and an empty list of gaps have nothing to miss."""
+        """True if every target set is met. A None value (a one-token reply's TPOT) or no gaps cannot miss."""
         longest_gap = max(itl, default=None)
         return all(target is None or value is None or value <= target
                    for target, value in ((self.ttft_s, ttft), (self.itl_s, longest_gap), (self.tpot_s, tpot),
@@ -60,13 +54,13 @@ class SloTarget:
     max_rejected_fraction: float = 0.10
 
     def per_request(self) -> RequestSlo:
-        """The same targets for one request, as goodput counts it: its TTFT and every one of its gaps."""
+        """The same targets for one request: its TTFT and every one of its gaps."""
         return RequestSlo(ttft_s=self.ttft_p99_s, itl_s=self.itl_p99_s)
 
 
 def goodput(outputs: list[RequestOutput], slo: RequestSlo | SloTarget) -> tuple[int, float]:
-    """(served requests that meet every target of the SLO, those per second over the span from the first
-    arrival to the last result). An SloTarget counts per request as its per_request() targets."""
+    """(served requests meeting every target, those per second from the first arrival to the last result).
+    An SloTarget counts as its per_request()."""
     slo = slo.per_request() if isinstance(slo, SloTarget) else slo
     served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
     if not served:
@@ -77,8 +71,8 @@ def goodput(outputs: list[RequestOutput], slo: RequestSlo | SloTarget) -> tuple[
 
 
 def meets(summary: dict, target: SloTarget) -> bool:
-    """The verdict on a run's summary (minicb.stats.metrics.summarize): p99 TTFT and p99 ITL within the
-    targets, and no more than the allowed share turned away."""
+    """Whether a summarize() result has p99 TTFT and ITL within target and no more than the allowed share
+    turned away."""
     rejected = summary["requests"] - summary["served"]
     return (summary["ttft"]["p99"] <= target.ttft_p99_s and summary["itl"]["p99"] <= target.itl_p99_s
             and rejected <= target.max_rejected_fraction * summary["requests"])

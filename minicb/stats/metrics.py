@@ -22,7 +22,7 @@ def latency_summary(values: list[float]) -> dict[str, float]:
 
 
 def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
-    """What a serving benchmark reports. Times are in the engine's clock (wall or simulated)."""
+    """What a serving benchmark reports; times are on the engine's clock (wall or simulated)."""
     served = [o for o in outputs if o.outputs[0].finish_reason in ("stop", "length")]
     m = [o.metrics for o in served]
     tokens = sum(len(o.outputs[0].token_ids) for o in served)
@@ -37,13 +37,12 @@ def summarize(outputs: list[RequestOutput], trace: Trace) -> dict:
         "duration_s": span,
         "output_tok_per_s": tokens / span if span > 0 else float("nan"),
         "requests_per_s": len(served) / span if span > 0 else float("nan"),
-        "steps": trace.num_steps,   # every step run, those the trace no longer keeps included
+        "steps": trace.num_steps,   # every step run, dropped ones included
         "seat_utilization": trace.seat_utilization,
-        # The same over the steps after which someone still waited for a seat, and how many steps those were.
         "seat_utilization_while_queued": trace.seat_utilization_while_queued,
         "queued_step_share": trace.queued_step_share,
         "padding_waste": trace.padding_waste,
-        # Prompt tokens served from the prefix cache instead of prefilled (0 without prefix caching).
+        # Share of prompt tokens taken from the prefix cache, not prefilled.
         "prefix_cache_hit_rate": (sum(o.num_cached_tokens for o in served) / prompt_tokens if prompt_tokens
                                   else 0.0),
         "ttft": latency_summary([x.ttft for x in m]),

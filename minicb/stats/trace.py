@@ -1,14 +1,7 @@
 """The trace: one StepRecord per forward step, what the widgets animate and the metrics count.
 
-Plain data only (ints, floats, strings, lists, dicts), so a trace exports to a list of dicts or JSON
-and means the same whether the step ran on Bard or in the simulator.
-
-The engine hands every scheduled step to Trace.note_preemptions and every step that ran to
-Trace.record_step, which builds its StepRecord.
-
-A trace must not cost more than the steps it describes: a step stores only its occupied seats (an
-engine may have a million seats and run eight requests), and a long-lived engine keeps only its most
-recent steps (Trace.max_steps), while the totals the metrics need cover every step.
+Plain data only, so it exports to JSON and means the same on Bard or in the simulator. To stay cheap, a step
+stores only its occupied seats and Trace.max_steps bounds the kept steps; the metrics' totals cover all steps.
 """
 from __future__ import annotations
 
@@ -23,21 +16,21 @@ from minicb.scheduler.request import Request
 PREFILL, DECODE = "prefill", "decode"   # useful work
 IDLE = "idle"     # finished, still holding its seat (static batching)
 PAD = "pad"       # finished, holding its seat and computing throwaway tokens (the dense baseline)
-EMPTY = "empty"   # no request
+EMPTY = "empty"
 
 
 @dataclass
 class StepRecord:
-    step: int                             # index among all steps run, those the trace dropped included
+    step: int                             # index among all steps run, dropped ones included
     start_time: float
     duration: float
     num_seats: int
-    seats: dict[int, tuple[str, str]]     # occupied seats only: seat -> (request id, prefill|decode|idle|pad)
-    num_tokens: int                       # useful tokens computed this step (prefill + decode)
-    context_tokens: int                   # KV entries attention read this step, summed over sequences
+    seats: dict[int, tuple[str, str]]     # occupied seats only: seat -> (request id, phase)
+    num_tokens: int                       # useful tokens: prefill + decode
+    context_tokens: int                   # KV entries attention read, summed over sequences
     prefill_tokens: int
     decode_tokens: int
-    padding_tokens: int                   # computed and thrown away (the dense baseline only)
+    padding_tokens: int                   # computed and thrown away (dense baseline only)
     blocks_used: int
     blocks_free: int
     reserved_slots: int                   # KV slots in owned blocks
@@ -49,18 +42,15 @@ class StepRecord:
     swapped_out: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
     waiting: int = 0
-    cached_tokens: int = 0                # tokens admitted requests found in the prefix cache (a
-    #                                       re-admission's too), so never prefilled
-    # per block: (owner, tokens, holders), if traced
-    kv_blocks: list[tuple[str | None, int, int]] | None = None
+    cached_tokens: int = 0                # admitted tokens found in the prefix cache (re-admissions too)
+    kv_blocks: list[tuple[str | None, int, int]] | None = None  # per block (owner, tokens, holders) if traced
 
     def occupant(self, seat: int) -> tuple[str | None, str]:
-        """(request id or None, phase) of one seat."""
         return self.seats.get(seat, (None, EMPTY))
 
     @property
     def all_seats(self) -> list[tuple[str | None, str]]:
-        """Every seat, empty ones included, as (request id or None, phase): built on demand, O(num_seats)."""
+        """Every seat, empty ones included: built on demand, O(num_seats)."""
         per_seat: list[tuple[str | None, str]] = [(None, EMPTY)] * self.num_seats
         for seat, held_by in self.seats.items():
             per_seat[seat] = held_by
@@ -71,8 +61,7 @@ class StepRecord:
         return sum(phase in (PREFILL, DECODE) for _, phase in self.seats.values())
 
     def to_row(self) -> dict:
-        """The step as plain data, with one (request id, phase) per seat under "seats",
-        as the export has it."""
+        """The step as plain data, with every seat (empty ones too) under "seats"."""
         row = {}
         for name, value in asdict(self).items():
             if name == "seats":
@@ -83,8 +72,7 @@ class StepRecord:
 
     @classmethod
     def from_row(cls, row: dict) -> "StepRecord":
-        """The inverse of to_row, from its dict or its JSON: a trace that crossed a network (a server's
-        /debug/trace) draws as the engine's own."""
+        """The inverse of to_row, from its dict or its JSON (e.g. a server's /debug/trace)."""
         values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
         values["num_seats"] = len(row["seats"])
         values["seats"] = {seat: (rid, phase) for seat, (rid, phase) in enumerate(row["seats"])
@@ -97,19 +85,17 @@ class StepRecord:
 @dataclass
 class Trace:
     num_seats: int
-    max_steps: int | None = None      # keep at most this many most recent steps; 0 keeps none; None keeps all
+    max_steps: int | None = None      # keep at most this many recent steps; 0 keeps none; None keeps all
     steps: list[StepRecord] = field(default_factory=list)
-    arrivals: dict[str, float] = field(default_factory=dict)   # request id -> arrival time (the queued phase)
-    # steps run but not kept: the oldest ones past max_steps, or all with it 0
-    num_dropped_steps: int = 0
+    arrivals: dict[str, float] = field(default_factory=dict)   # request id -> arrival time
+    num_dropped_steps: int = 0        # steps run but not kept
     _seat_of: dict[str, int] = field(default_factory=dict)
-    _released_seats: list[int] = field(default_factory=list)   # a heap of freed seats below _seats_opened
-    _seats_opened: int = 0            # seats 0 .. _seats_opened - 1 have been handed out at least once
-    # Preempted (and swapped-out) request ids not yet in a StepRecord: a step that runs nothing records
-    # nothing, so they wait for the next step that does.
+    _released_seats: list[int] = field(default_factory=list)   # heap of freed seats below _seats_opened
+    _seats_opened: int = 0            # seats below this were handed out at least once
+    # Preempted and swapped-out ids wait here: a step that runs nothing records nothing.
     _pending_preempted: list[str] = field(default_factory=list)
     _pending_swapped_out: list[str] = field(default_factory=list)
-    # Totals over every recorded step, dropped ones included, so the metrics do not depend on max_steps.
+    # Totals over every step, dropped ones included, so the metrics do not depend on max_steps.
     _useful_seat_steps: int = 0
     _useful_tokens: int = 0
     _padding_tokens: int = 0
@@ -124,8 +110,7 @@ class Trace:
         return self.num_dropped_steps + len(self.steps)
 
     def seat_for(self, request_id: str) -> int:
-        """A request keeps one seat from admission until it leaves, so a row in the widget is a seat.
-        It gets the lowest free one: the smallest released seat, else the next never used."""
+        """A request keeps its seat until it leaves (a widget row is a seat); it gets the lowest free one."""
         if request_id not in self._seat_of:
             if self._released_seats:
                 seat = heapq.heappop(self._released_seats)
@@ -149,8 +134,7 @@ class Trace:
         self._useful_tokens += step.num_tokens
         self._padding_tokens += step.padding_tokens
         if self.max_steps is not None and len(self.steps) > self.max_steps:
-            # Down to half the limit in one del: the copy it makes is paid for by the next max_steps / 2
-            # appends, so recording stays O(1) per step on average.
+            # Drop down to half the limit at once, so the copy costs O(1) per step on average.
             drop = len(self.steps) - (self.max_steps + 1) // 2
             del self.steps[:drop]
             self.num_dropped_steps += drop
@@ -160,9 +144,8 @@ class Trace:
         self.num_dropped_steps += 1
 
     def note_preemptions(self, out: SchedulerOutput) -> None:
-        """Called every step right after scheduling, whether or not the step runs anything: preempted
-        requests give up their seats now (so the step's admissions can take them), and the preemptions
-        and swap-outs wait for the next recorded step. With the trace off there is nothing to keep."""
+        """Call after every scheduling, even if the step runs nothing. Preempted requests free their seats now
+        (for this step's admissions); the preemptions wait for the next recorded step."""
         for request_id in out.preempted:
             self.release(request_id)
         if self.enabled:
@@ -172,10 +155,8 @@ class Trace:
     def record_step(self, out: SchedulerOutput, start: float, end: float, returned: list[Request],
                     context_tokens: int, usage: BlockUsage, waiting: int,
                     kv_blocks: list[tuple[str | None, int, int]] | None = None) -> None:
-        """Record a step that ran: seat its requests, free the seats of those whose results went back
-        (`returned`), and keep its StepRecord with the preemptions noted since the last recorded step.
-        usage: the pool after the step; waiting: requests queued after it; kv_blocks: the block map, if
-        traced. With the trace off the step is only counted."""
+        """Record a step that ran; `returned` requests free their seats. usage: the pool after the step;
+        waiting: requests queued after it; kv_blocks: the block map, if traced. Trace off: only count it."""
         if not self.enabled:
             self.count_unkept_step()
             return
@@ -203,8 +184,7 @@ class Trace:
 
     @property
     def seat_utilization(self) -> float:
-        """Useful seat-steps / all seat-steps over every step recorded: how much of the batch's capacity did
-        real work. nan with the trace off."""
+        """Useful seat-steps / all seat-steps over every step; nan with the trace off."""
         if not self.enabled:
             return float("nan")
         total = self.num_steps * self.num_seats
@@ -212,28 +192,26 @@ class Trace:
 
     @property
     def seat_utilization_while_queued(self) -> float:
-        """Useful seat-steps / all seat-steps over the kept steps after which a request still waited for a
-        seat: how full the batch is while there is work to fill it with. The drain that ends a finite run and
-        the lulls between arrivals are left out. nan when no kept step had a queue."""
+        """Seat utilization over the kept steps after which a request still waited for a seat, so the final
+        drain and lulls between arrivals do not count. nan when no kept step had a queue."""
         queued = [s for s in self.steps if s.waiting > 0]
         return (sum(s.useful_seats for s in queued) / (len(queued) * self.num_seats) if queued
                 else float("nan"))
 
     @property
     def queued_step_share(self) -> float:
-        """The share of the kept steps after which a request still waited for a seat (nan with none kept)."""
+        """Share of the kept steps after which a request still waited for a seat; nan with none kept."""
         return sum(s.waiting > 0 for s in self.steps) / len(self.steps) if self.steps else float("nan")
 
     def seat_utilization_until(self, step: int) -> float:
-        """The same over the kept steps 0..step (what a widget playing the run has shown so far)."""
+        """Seat utilization over the kept steps 0..step (what a widget has played so far)."""
         played = self.steps[:step + 1]
         total = len(played) * self.num_seats
         return sum(s.useful_seats for s in played) / total if total else 0.0
 
     @property
     def padding_waste(self) -> float:
-        """Computed-and-discarded tokens / all computed tokens over every step recorded (non-zero for the
-        dense baseline only). nan with the trace off."""
+        """Discarded / all computed tokens over every step (dense baseline only); nan with the trace off."""
         if not self.enabled:
             return float("nan")
         total = self._padding_tokens + self._useful_tokens
@@ -247,9 +225,9 @@ class Trace:
 
 
 def block_map(kv: BlockManager) -> list[tuple[str | None, int, int]]:
-    """Per device block: (owner, tokens stored in it, tables holding it). Owner None with 0 tokens is a free
-    block, with tokens a cached block no table holds; an owner with 0 tokens is reserved but empty
-    (contiguous reservation's waste); more than one holder is a shared prefix (the owner is the first)."""
+    """Per device block: (owner, tokens in it, tables holding it). Owner None: free if 0 tokens, else cached
+    with no table. Owner with 0 tokens: reserved but empty (contiguous reservation's waste).
+    Several holders: a shared prefix, the owner being the first."""
     blocks: list[tuple[str | None, int, int]] = [(None, 0, 0)] * kv.num_blocks
     for block in kv.evictable:
         blocks[block] = (None, kv.block_size, 0)

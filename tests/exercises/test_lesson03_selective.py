@@ -99,6 +99,8 @@ def check_flat_batch(build: Builder, chunks: list[SequenceChunk], block_size: in
         if tensor.shape != expected.shape:
             broken(FIELD_RULES[name], f"{name} has shape {tuple(expected.shape)} for this step, got "
                                       f"{tuple(tensor.shape)}")
+    if torch.device(device).type == "meta":   # placement only: a meta tensor holds no values
+        return batch
     got = {name: tensor.tolist() for name, tensor in fields(batch).items()}
     ref = {name: tensor.tolist() for name, tensor in fields(want).items()}
     if got["cu_seqlens_q"] != ref["cu_seqlens_q"]:
@@ -221,7 +223,8 @@ def test_lesson03_task1_padding_writes_no_kv():
     check("logits_indices", batch.logits_indices, [1], "only chunks with needs_logits get a row")
 
 
-@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+# torch's meta device exists on every machine, so a builder that ignores `device` fails here too.
+@pytest.mark.parametrize("device", ["cpu", "meta"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_lesson03_task1_dtypes_and_device(device):
     check_flat_batch(mine.build_flat_batch, CHUNKS, 16, device)
 

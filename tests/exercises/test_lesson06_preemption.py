@@ -58,8 +58,12 @@ def check_choose_victim(choose, running: tuple[RequestView, ...]) -> None:
         f"Case: {case}")
 
 
+# "b" arrived first by the clock but was queued second (arrival_time is the caller's): serving order reads the time.
+LATE_INDEX = (RequestView("a", 0, 1.0, 0, 4, 1, 3, 9), RequestView("b", 0, 0.0, 1, 4, 1, 5, 9))
+
+
 def choose_victim_contract(choose):
-    return contract_test(choose, check_choose_victim, 120, running=running_views())
+    return example(running=LATE_INDEX)(contract_test(choose, check_choose_victim, 120, running=running_views()))
 
 
 test_lesson06_task1_the_victims_contract_on_random_cases = choose_victim_contract(lambda: mine.choose_victim)

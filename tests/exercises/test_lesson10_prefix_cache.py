@@ -135,6 +135,7 @@ CHOSEN_TO_COLLIDE = [
     ([2**31, 0], [0, 0], "ids read as signed 32-bit numbers, or cut to 31 bits, are the same"),
     ([2, 0], [0, 1], "their ids weighted by place add up to the same"),
     ([1, 2], [3, 0], "their ids xor to the same"),
+    ([290633570, 2676812896], [361813383, 0], "Python's hash() gives both tuples the same value"),
 ] + [([0, base], [1, 0], f"a polynomial hash in base {base} gives both the same") for base in
      (31, 33, 37, 101, 131, 257, 65599, 1_000_003, 2**31 - 1)]
 

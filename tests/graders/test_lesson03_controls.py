@@ -13,8 +13,8 @@ from minicb.runner.batch import FlatBatch, SequenceChunk
 from minicb.runner.batch_builder import build_flat_batch
 
 from test_lesson03_selective import (
-    LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_computes_every_field_itself, check_engine_outcome,
-    check_flat_batch_contract)
+    CHUNKS, LOGITS_RULE, PADDING_RULE, POSITION_RULE, TABLE_RULE, check_computes_every_field_itself,
+    check_engine_outcome, check_flat_batch, check_flat_batch_contract)
 
 
 def ignores_num_computed(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
@@ -45,6 +45,16 @@ def pads_tables_with_zeros(chunks: list[SequenceChunk], block_size: int, device=
     batch = build_flat_batch(chunks, block_size, device)
     batch.attn.block_tables = batch.attn.block_tables.clamp(min=0)
     return batch
+
+
+def ignores_device(chunks: list[SequenceChunk], block_size: int, device="cpu") -> FlatBatch:
+    """Every tensor is made on the CPU, whatever `device` says."""
+    return build_flat_batch(chunks, block_size)
+
+
+def test_a_builder_that_ignores_device_fails_on_any_machine():
+    with pytest.raises(Failed, match="^" + re.escape("input_ids: torch.int64 on `device` (meta)")):
+        check_flat_batch(ignores_device, CHUNKS, 16, "meta")
 
 
 @pytest.mark.parametrize("builder,rule", [

@@ -31,8 +31,15 @@ def most_computed_first(running):
     return max((r for r in running if r.priority == least_urgent), key=lambda r: r.num_computed_tokens).request_id
 
 
+def latest_queued_among_the_least_urgent(running):
+    """Serving order read as (priority, arrival_index): the queue's order, not the arrival time's."""
+    least_urgent = max(r.priority for r in running)
+    return max((r for r in running if r.priority == least_urgent), key=lambda r: r.arrival_index).request_id
+
+
 @pytest.mark.parametrize("wrong,rule", [
     (oldest_first, "never the first in serving order"),
+    (latest_queued_among_the_least_urgent, "never the first in serving order"),
     (latest_arrival_whatever_its_priority, "never more urgent than another running request"),
     (last_in_the_list, "depends on the views alone|never the first|never more urgent"),
     (the_view_itself, "returns the request_id"),

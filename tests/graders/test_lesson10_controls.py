@@ -93,6 +93,12 @@ def pythons_hash(parent, block):
 
 
 @chained
+def pythons_hash_widened(parent, block):
+    """Python's hash() of (parent, ids), widened to 16 bytes: long enough, and still 64 bits of hash."""
+    return hash((parent, tuple(block))).to_bytes(16, "little", signed=True)
+
+
+@chained
 def keeps_the_whole_prefix(parent, block):
     """Names a block by its parent's name followed by a digest of its own ids: no collision, and no bound on its
     size."""
@@ -163,6 +169,7 @@ CONTROLS = [
     (cuts_ids_to_two_bytes, check_chosen_ids, "ids cut to two bytes"),
     (polynomial_in_base_31, check_chosen_ids, "a polynomial hash in base 31"),
     (pythons_hash, check_full_blocks_only, "rule 4: a name has at least 16 bytes"),
+    (pythons_hash_widened, check_chosen_ids, "Python's hash\\(\\) gives both tuples the same value"),
     (keeps_the_whole_prefix, check_chosen_ids, "rule 4: a name has one length for every block"),
     (counts_every_cached_hash, check_lookup, "rule 1: every block of the hit is cached"),
     (stops_one_early, check_lookup, "rule 2: the hit is as long as the cache allows"),

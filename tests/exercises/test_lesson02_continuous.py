@@ -37,7 +37,10 @@ def step_states(draw, order: str) -> StepState:
         # Running ones often sit at a block boundary, where their next token needs a new block.
         computed = draw(st.sampled_from([size, 2 * size, 3 * size]) | st.integers(1, 12)) if i < num_running \
             else size * draw(st.integers(0, 2))
-        views.append(RequestView(rid, 0, float(i), i, computed + todo, 0, computed, 32))
+        # Some have output tokens: decodes, and prompts being recomputed after a preemption (more than 1 to do).
+        output = draw(st.integers(0, computed + todo - 1))
+        views.append(RequestView(rid, draw(st.integers(0, 2)), float(i), i, computed + todo - output, output,
+                                 computed, 32))
         uncomputed[rid] = todo
         shared[rid] = draw(st.integers(0, blocks(computed, size))) if i < num_running else 0
 
@@ -61,7 +64,8 @@ def step_states(draw, order: str) -> StepState:
     def freed(rid: str) -> int:
         return blocks(by_id(rid).num_computed_tokens, size) - shared[rid]
 
-    return StepState(running=tuple(views[:num_running]), line=tuple(views[num_running:]),
+    # The running requests run in the order they started, which under priorities is not serving order.
+    return StepState(running=tuple(draw(st.permutations(views[:num_running]))), line=tuple(views[num_running:]),
                      free_seats=draw(st.integers(0, 3)), token_budget=draw(st.integers(1, 14)),
                      free_blocks=draw(st.integers(0, 6)), order=order, chunk=chunk, blocks_to_grow=grow,
                      blocks_to_start=start, blocks_freed_by=freed, choose_victim=choose_victim)

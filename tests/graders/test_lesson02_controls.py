@@ -63,15 +63,31 @@ def counts_shared_blocks_as_freed(state: StepState) -> StepPlan:
     return plan_step(replace(state, blocks_freed_by=lambda rid: state.blocks_freed_by(rid) + 1))
 
 
+def runs_in_serving_order(state: StepState) -> StepPlan:
+    """Serves the running requests in serving order (priority, then arrival), not in the order they run."""
+    return plan_step(replace(state, running=tuple(sorted(state.running, key=lambda r: r.rank))))
+
+
+def one_token_once_it_has_output(state: StepState) -> StepPlan:
+    """Takes a request with output tokens for a decode: one token, even while its prompt is recomputed."""
+    def chunk(request_id: str, budget: int, step_is_empty: bool) -> int:
+        view = next(v for v in state.running + state.line if v.request_id == request_id)
+        return min(1, budget) if view.num_output_tokens else state.chunk(request_id, budget, step_is_empty)
+    return plan_step(replace(state, chunk=chunk))
+
+
 @pytest.mark.parametrize("wrong, order, rule", [
+    (runs_in_serving_order, "decode_first", "rule '(runs|victims)'"),
+    (one_token_once_it_has_output, "prefill_first", "rule 'runs'"),
     (jumps_the_line, "decode_first", "rule 'starts'"),
     (starts_while_someone_gives_way, "decode_first", "rule 'starts'"),
     (takes_the_decodes_blocks, "prefill_first", "rule 'starts'"),
     # The decodes take budget before the starts, or before the running prompts: either is named.
     (decode_first_always, "prefill_first", "rule '(starts|runs)'"),
     (never_preempts, "decode_first", "rule 'victims'"),
-    # Too many tokens for the later requests: too many blocks, so someone gives way for nothing, or too many tokens.
-    (asks_chunk_with_the_whole_budget, "decode_first", "rule '(victims|runs)'"),
+    # Too many tokens for the later requests: a running one or a newcomer gets more than the budget left, or the
+    # blocks for them make someone give way for nothing.
+    (asks_chunk_with_the_whole_budget, "decode_first", "rule '(victims|runs|starts)'"),
     (counts_shared_blocks_as_freed, "decode_first", "rule 'victims'"),
 ])
 def test_a_wrong_plan_fails_the_rule_it_breaks(wrong, order, rule):

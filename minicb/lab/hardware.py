@@ -160,10 +160,10 @@ class RooflineAssumptions:
     swap_latency_s: float = 50e-6    # per one-way copy of a victim's KV: pinned gather, DMA setup, wait
     #                                  before its blocks are reused (lesson 06b uses 0.1 ms for both)
     block_copy_overhead_s: float = 0.0   # per piece a swap copies (a layer's K or V of a block), beyond
-    #                                  its bytes. 0: one batched copy per victim, as in vLLM's later swap
-    #                                  kernels (PRs #11531, #38460). About 1e-5 with a cudaMemcpyAsync per
-    #                                  piece, as vLLM's first swap_blocks: 32 KB then moves at about 3 GB/s
-    #                                  (PR #11531, on an A100)
+    #                                  its bytes. 0: one batched copy per victim, as vLLM's KV offloading
+    #                                  copies since PR #38460 (the closed PR #11531 did it for swaps).
+    #                                  About 1e-5 with a cudaMemcpyAsync per piece, as vLLM's first
+    #                                  swap_blocks: 32 KB then moves at about 3 GB/s (PR #11531, an A100)
     memory_utilization: float = 0.9  # server's share of GPU memory (vLLM's gpu_memory_utilization default)
     activation_headroom_bytes: float = 4 * GB  # of that share, not KV: a 2k-token step's activations,
     #                                  CUDA graphs, allocator slack

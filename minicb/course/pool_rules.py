@@ -94,6 +94,7 @@ def check_pool(bm: BlockManager, naming: Callable[..., list[bytes]] = block_hash
             f"{seq_id!r}'s swap copy is too short")
     _check_prefix_cache(bm, free.keys(), naming)
 
+
 def _check_prefix_cache(bm: BlockManager, free: set[int], naming: Callable[..., list[bytes]]) -> None:
     """Prefix caching's rules (check_invariants has checked that every block is in one place: free
     list, LRU, or tables): names map both ways, and each name is the one the engine's naming gives the
@@ -114,6 +115,7 @@ def _check_prefix_cache(bm: BlockManager, free: set[int], naming: Callable[..., 
         assert naming(token_ids, bm.block_size, parent) == [h], (
             f"block {block}'s prefix hash is not the name block_hashes gives "
             "the tokens it was cached with")
+
 
 def check_cached_content(bm: BlockManager, seq_id: str, token_ids: list[int], names: list[bytes]) -> None:
     """Every cached block in seq_id's table was cached for the prefix the sequence has there: the same

@@ -1,11 +1,11 @@
 """Lesson 02: iteration-level scheduling (Orca). Before every step the scheduler decides again who runs and
-how many tokens each gets; a finished request has already left (update_from_output).
+who joins; a finished request has already left (update_from_output).
 
 Task 1  plan_step   pytest tests/exercises -k lesson02_task1
 
-ContinuousScheduler.schedule (minicb/scheduler/continuous.py) asks plan_step for every step, in every
-configuration, and applies the plan; `course.llm(lesson=2)` plugs yours in. If your plan breaks the
-contract, the course refuses it with the rule it breaks and the case, in words.
+ContinuousScheduler.schedule (minicb/scheduler/continuous.py) asks plan_step for every step and applies the
+plan; `course.llm(lesson=2)` plugs yours in. If your plan breaks the contract, the course refuses it with the
+rule it breaks and the case, in words. Lessons 04, 06 and 07 grow this same function (their task 3).
 """
 from __future__ import annotations
 
@@ -13,30 +13,20 @@ from minicb.scheduler.plan import StepPlan, StepState
 
 
 def plan_step(state: StepState) -> StepPlan:
-    """Decide the step: which running requests give way (victims), how many tokens each running request
-    runs (runs), and which requests of the line start with how many tokens (starts).
+    """Decide the step: how many tokens each running request runs (runs), and which requests of the line start,
+    with how many tokens (starts). Leave victims empty: nobody gives way before lesson 06.
 
-    What it may read: `state` (minicb/scheduler/plan.py::StepState) and nothing else. Its views say what
-    each request has computed; its functions answer what-if questions about the pool (blocks to grow,
-    to start, freed by a victim), ask lesson 07's chunk decision how many tokens a request may run with a
-    given budget left, and ask lesson 06's choose_victim who gives way among some running requests.
+    What it may read: state.running (the running requests, in the order they run), state.line (who waits, first
+    come first), state.free_seats, state.token_budget (the most tokens one step may run), and
+    state.uncomputed(request_id) (1 for a running request: its next token; a newcomer's whole prompt).
 
     The contract (the course checks each rule, and names the one a plan breaks with the plan it gives):
-    - limits: the step runs at most state.token_budget tokens (one request running alone may run more, if
-      its chunk gives it more), starts at most state.free_seats requests, and takes no more blocks than
-      the pool has, with what its victims give back;
-    - victims: as few as the pool needs. Nobody gives way while the running requests' next tokens fit
-      the pool, and each victim is choose_victim's pick among the running requests that are still in;
-    - every request in the plan gets what its chunk gives it with the budget left to it, no more, no
-      less: the chunk, not the plan, decides how a request is cut;
-    - nothing waits that could run: every running request that is not a victim is in runs, unless its
-      chunk gives it nothing;
-    - first come, first served: the requests that start are the first of state.line, as many as the
-      seats, the budget and the pool take; nobody starts after one that cannot, or in a step where
-      someone gave way;
-    - state.order says whom the budget serves first. decode_first: the running requests, in their order,
-      before anyone starts. prefill_first: the running prompts, then the newcomers, before the running
-      decodes; a newcomer never takes the blocks a running decode will need.
+    - limits: the step runs at most state.token_budget tokens and starts at most state.free_seats requests.
+      One exception: a prompt longer than the whole budget runs alone in a step that runs nothing else, or it
+      would never run;
+    - runs: the running requests go first: each runs its next token, in their order, while the budget lasts;
+    - starts: a newcomer runs its whole prompt. First come, first served: the requests that start are the
+      first of state.line, as many as the seats and the budget left take; nobody starts after one that cannot.
     """
-    raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who gives way, runs and starts. "
+    raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who runs and who starts. "
                               "Check it with: pytest tests/exercises -k lesson02_task1")

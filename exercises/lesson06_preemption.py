@@ -5,6 +5,14 @@ gives its blocks back: recompute drops them (it prefills again later), swap copi
 
 Task 1  choose_victim, should_swap                 pytest tests/exercises -k lesson06_task1
 Task 2  choose_victim_for_latency (a design task)   pytest tests/exercises -k lesson06_task2
+Task 3  plan_step, grown: edit yours in exercises/lesson02_continuous.py
+                                                   pytest tests/exercises -k lesson06_task3
+        When the running requests' next tokens need more blocks than the pool has, some give way:
+        StepPlan.victims, in the order they give way. As few as the pool needs: each victim is
+        state.choose_victim's pick among the running requests still in, and it gives back
+        state.blocks_freed_by(request_id) blocks. A victim runs nothing this step, and nobody starts in a
+        step where someone gave way. A request preempted by recompute waits in the line again, with its
+        prompt and its output so far to compute: it starts with all of them. Lesson 04's rules still hold.
 
 minicb's own are in minicb/scheduler/preemption.py; `course.llm(lesson=6)` plugs yours in, and the engine
 runs them in every configuration. A decision that breaks its contract stops the step with a ValueError

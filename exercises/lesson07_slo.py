@@ -4,6 +4,13 @@ p99 inter-token latency, and at most a tenth of the requests turned away).
 
 Task 1  chunk_size   pytest tests/exercises -k lesson07_task1
 Task 2  slo_config   pytest tests/exercises -k lesson07_task2
+Task 3  plan_step, grown: edit yours in exercises/lesson02_continuous.py
+                     pytest tests/exercises -k lesson07_task3
+        Two things change. First, state.chunk(request_id, budget_left, step_is_empty) now says how many
+        tokens a request runs: ask it for every request you give tokens to, with the budget left to it; it
+        may cut a prompt, or give 0. Second, state.order says whom the budget serves first. decode_first:
+        as before. prefill_first: the running prompts, then the newcomers, then the running decodes; a
+        newcomer never takes the blocks a running decode will need. Lesson 06's rules still hold.
 
 The scheduler calls chunk_size for every request it gives tokens to (minicb's own is in
 minicb/scheduler/chunking.py; `course.llm(lesson=7)` plugs yours in). The simulator grades

@@ -75,7 +75,7 @@ def test_stubs_hold_no_solution_logic(path):
     task M: ...")` naming a task of this file that course.TASKS knows, and the task covers that function;
     outside SKELETON_FILES it is the only statement. A class's __init__ only sets the state it starts
     from (given to the learner). A skeleton's kernel holds TODOs and none of what they ask for."""
-    tasks = {t.label: t for t in course.TASKS if t.module == path.stem}
+    tasks = {t.label: t for t in course.TASKS if t.module == path.stem and not t.grows}
     source = path.read_text()
     seen = set()
     for node in ast.walk(ast.parse(source)):
@@ -142,7 +142,8 @@ def test_every_exercise_test_fails_on_the_stubs_with_its_own_task(tmp_path):
         lesson, number = graded_task.groups()
         failure = case.find("failure")
         assert failure is not None, f"{name} passed on the stubs: it does not exercise its task"
-        want = f"NotImplementedError: Lesson {lesson}, task {int(number)}:"
+        task = next(t for t in course.TASKS if (t.lesson, t.number) == (int(lesson), int(number)))
+        want = f"NotImplementedError: {task.stub}:"   # a task that grows another's function fails with that stub
         assert want in failure.get("message", ""), f"{name} failed for another reason: {failure.get('message')}"
         graded.add((int(lesson), int(number)))
     assert count and graded == {(t.lesson, t.number) for t in course.TASKS}, "a task has no test"
@@ -176,7 +177,7 @@ def test_a_lesson_runs_on_the_stubs_with_the_reference_and_says_so(capsys, fresh
     for task in course.TASKS:
         # The engine's parts only (the kernel needs Triton): the tasks graded on their own are not in it.
         engine_part = task.symbol in course.FUNCTION_PARTS or task.symbol.startswith(f"{course.ALLOCATOR_CLASS}.")
-        if engine_part and task.symbol != "paged_decode_attention":
+        if engine_part and task.symbol != "paged_decode_attention" and not task.grows:
             note = next(line for line in notes if line.startswith(f"Lesson {task.lesson:02d} runs "))
             listed, _, rest = note.split(": ", 1)[1].partition(" (not written yet: the reference runs; write ")
             assert re.split(r", | and ", listed) == list(task.symbols), note
@@ -288,7 +289,7 @@ def fake_course(tmp_path, monkeypatch, fresh_notes):
     monkeypatch.setattr(course, "_module", lambda module, which: modules[module])
     monkeypatch.setattr(course, "EngineParts", fake_parts)
     # The fake parts answer with tuples no contract allows: the seam's checks (tests/graders) are recorded, not run.
-    monkeypatch.setattr(course, "checked", lambda parts: CHECKED.append(parts) or parts)
+    monkeypatch.setattr(course, "checked", lambda parts, reached=7: CHECKED.append(parts) or parts)
     return modules
 
 
@@ -372,7 +373,7 @@ def checkout(tmp_path, monkeypatch, fresh_notes):
     monkeypatch.setattr(course, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(course, "_RAN", {})
     monkeypatch.setattr(course, "EngineParts", fake_parts)
-    monkeypatch.setattr(course, "checked", lambda parts: parts)   # as in fake_course
+    monkeypatch.setattr(course, "checked", lambda parts, reached=7: parts)   # as in fake_course
     yield tmp_path / "exercises"
     for name in [n for n in sys.modules if n.partition(".")[0] == "exercises"]:
         del sys.modules[name]   # the fake checkout's; monkeypatch then puts this checkout's back
@@ -542,14 +543,14 @@ def test_progress_grades_a_checkout_with_one_pytest_run(tmp_path):
     results = progress.check(tmp_path, lessons=[2, 3, 6, 7], announce=False)
     assert [(r.task.label, r.state) for r in results] == [
         ("Lesson 02, task 1", "done"), ("Lesson 03, task 1", "failing"), ("Lesson 06, task 1", "failing"),
-        ("Lesson 06, task 2", "failing"), ("Lesson 07, task 1", "not checked"),
-        ("Lesson 07, task 2", "not started")]
+        ("Lesson 06, task 2", "failing"), ("Lesson 06, task 3", "failing"), ("Lesson 07, task 1", "not checked"),
+        ("Lesson 07, task 2", "not started"), ("Lesson 07, task 3", "failing")]
     assert "wrong batch" in results[1].why and results[2].why.startswith("none of its tests ran")
-    assert "needs a GPU" in results[4].why
+    assert "needs a GPU" in results[5].why
     out = progress.render(results)
     assert "  task 1  build_flat_batch" in out
     assert "pytest tests/exercises -k lesson03_task1\n          AssertionError" in out
-    assert out.endswith("\n1 of 6 tasks done")
+    assert out.endswith("\n1 of 8 tasks done")
 
 
 COUNTING_CONFTEST = '''

@@ -61,10 +61,16 @@ class Task:
     symbol: str
     what: str
     also: tuple[str, ...] = ()   # the task's other functions, written along with `symbol`
+    grows: str = ""   # the label of the task whose function this one grows (its stub raises that task's label)
 
     @property
     def label(self) -> str:
         return f"Lesson {self.lesson:02d}, task {self.number}"
+
+    @property
+    def stub(self) -> str:
+        """The label the task's stub raises."""
+        return self.grows or self.label
 
     @property
     def command(self) -> str:
@@ -85,21 +91,27 @@ class Task:
 
 TASKS = [
     Task(2, 1, "lesson02_continuous", "plan_step",
-         "the step's plan: who gives way, who runs how many tokens, who starts"),
+         "the step's plan: who runs and who starts"),
     Task(3, 1, "lesson03_selective", "build_flat_batch", "the flat batch the model runs on"),
     Task(4, 1, "lesson04_paged_kv", "PagedAllocator.allocate",
          "the allocator: blocks for a new sequence, a new block only when the last one is full, every block back",
          also=("PagedAllocator.can_allocate", "PagedAllocator.can_append", "PagedAllocator.append_slots",
                "PagedAllocator.free")),
     Task(4, 2, "lesson04_paged_kv", "size_kv_pool", "a block size and a pool size for a workload"),
+    Task(4, 3, "lesson02_continuous", "plan_step", "your plan_step, grown: newcomers start only while the pool "
+         "holds them", grows="Lesson 02, task 1"),
     Task(5, 1, "lesson05_triton", "paged_decode_attention", "a paged decode attention kernel"),
     Task(6, 1, "lesson06_preemption", "choose_victim",
          "which running request gives its KV blocks back, and whether they are swapped or recomputed",
          also=("should_swap",)),
     Task(6, 2, "lesson06_preemption", "choose_victim_for_latency",
          "a victim policy that lowers the mean and keeps the tail"),
+    Task(6, 3, "lesson02_continuous", "plan_step", "your plan_step, grown: running requests give way when the pool "
+         "is short", grows="Lesson 02, task 1"),
     Task(7, 1, "lesson07_slo", "chunk_size", "how many of a request's tokens run this step"),
     Task(7, 2, "lesson07_slo", "slo_config", "a configuration that meets the SLO"),
+    Task(7, 3, "lesson02_continuous", "plan_step", "your plan_step, grown: chunks, and prefill first or decode "
+         "first", grows="Lesson 02, task 1"),
     Task(8, 1, "lesson08_capstone", "capstone", "a configuration and the highest rate at which it meets the SLO"),
     Task(9, 1, "lesson09_serving", "stream_metrics", "TTFT, ITL, TPOT and e2e from a stream's chunk times"),
     Task(10, 1, "lesson10_prefix_cache", "block_hashes",
@@ -300,7 +312,7 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
     reference = EngineParts()
     plugged: dict[str, Any] = {}
     stubs: dict[Task, list[str]] = {}   # the tasks this engine runs: their functions that are still stubs
-    for task in TASKS:
+    for task in (t for t in TASKS if not t.grows):
         symbols = [s for s in task.symbols if s in FUNCTION_PARTS and (s != "paged_decode_attention" or decode_kernel)]
         if not symbols:
             continue
@@ -326,7 +338,8 @@ def parts(which: str | None = None, decode_kernel: bool = False, *, lesson: int 
             if shown:
                 _say_when_changed(n, f"Lesson {n:02d} runs exercises/{shown[0].module}.py: "
                                      + ", ".join(_state(t, stubs[t]) for t in shown))
-    return checked(EngineParts(**plugged))
+    # The plan's rules of the lessons before this one are enforced; this lesson's and later ones' steps fall back.
+    return checked(EngineParts(**plugged), reached=7 if lesson is None else max(2, lesson - 1))
 
 
 def _module(module: str, which: str) -> ModuleType:

@@ -18,8 +18,13 @@ class PlanError(ValueError):
     """A plan that breaks lesson 02's contract; the message names the rule."""
 
 
-# Lesson 02's rules, each one check_plan names (exercises/lesson02_continuous.py states the whole contract).
-PLAN_RULES = {
+# The plan grows with the course. Lesson 02: seats, the line and the token budget, decode first, whole prompts.
+# Each later lesson adds what it teaches; a step "needs" the first lesson whose rules give minicb's plan for it.
+GROWN_BY = {4: "keep to the pool: a newcomer starts only while the free blocks hold it, after the running "
+               "requests' new blocks",
+            6: "make room: when the running requests' next tokens do not fit the pool, some give way",
+            7: "cut prompts into chunks, and serve the budget in state.order"}
+PLAN_RULES = {   # the whole contract, from lesson 07 on (exercises/lesson07_slo.py states it)
     "victims": "as few victims as the pool needs: nobody gives way while the running requests' next tokens fit the "
                "pool, and each victim is state.choose_victim's pick among the running requests still in",
     "runs": "every running request that is not a victim runs, with what state.chunk gives it for the budget left to "
@@ -30,23 +35,60 @@ PLAN_RULES = {
 }
 
 
-def described(state: StepState) -> str:
-    """The state in words, for a message about a plan."""
+def rule(name: str, lesson: int) -> str:
+    """A rule of the contract in the words taught up to `lesson`."""
+    if lesson >= 7 or name == "victims":
+        return PLAN_RULES[name]
+    if name == "runs":
+        return (f"every running request{' that is not a victim' if lesson >= 6 else ''} runs its next token, in the "
+                "order they run, before anyone starts")
+    limits = "the free seats, the token budget and the pool (after the running requests' new blocks)" if lesson >= 4 \
+        else "the free seats and the token budget"
+    return (f"first come, first served: the first of state.line start, each with its whole prompt, as many as {limits} "
+            f"take (a prompt longer than the whole budget runs alone); nobody starts after one that cannot"
+            f"{', or in a step where someone gave way' if lesson >= 6 else ''}")
+
+
+def lesson_02_view(state: StepState) -> StepState:
+    """The state as lesson 02 sees it: whole prompts (or nothing, if the budget left cannot hold one), decode first."""
+    def whole(request_id: str, budget: int, step_is_empty: bool) -> int:
+        n = state.uncomputed(request_id)
+        return n if n <= budget or step_is_empty else 0
+    return replace(state, chunk=whole, order="decode_first")
+
+
+def lesson_needed(state: StepState, expected: StepPlan) -> int:
+    """The first lesson whose rules give `expected`, minicb's plan for `state`: 2, 4, 6 or 7."""
+    simple = lesson_02_view(state)
+    if plan_step(simple) != expected:
+        return 7
+    if expected.victims:
+        return 6
+    return 4 if plan_step(replace(simple, free_blocks=10**9)) != expected else 2
+
+
+def described(state: StepState, lesson: int = 7) -> str:
+    """The state in words, for a message about a plan, in the words taught up to `lesson`."""
     def request(view: RequestView, running: bool) -> str:
         todo = state.uncomputed(view.request_id)
-        kind = "decode" if todo == 1 else f"{todo} prompt tokens to compute"
-        if running:
-            return (f"{view.request_id} ({kind}; all of them need {state.blocks_to_grow(view.request_id, todo)} new "
-                    f"blocks; gives {state.blocks_freed_by(view.request_id)} back if it gives way)")
-        return f"{view.request_id} ({kind}; all of them need {state.blocks_to_start(view.request_id, todo)} blocks)"
+        kind = "decode" if running and todo == 1 else f"{todo} prompt token{'s' * (todo > 1)} to compute"
+        if lesson < 4:
+            return f"{view.request_id} ({kind})"
+        blocks = state.blocks_to_grow(view.request_id, todo) if running else state.blocks_to_start(view.request_id,
+                                                                                                   todo)
+        freed = f"; gives {state.blocks_freed_by(view.request_id)} back if it gives way" if running and lesson >= 6 \
+            else ""
+        return f"{view.request_id} ({kind}; all of them need {blocks} {'new ' if running else ''}blocks{freed})"
+    pool = f", {state.free_blocks} free blocks" if lesson >= 4 else ""
+    order = f", {state.order}" if lesson >= 7 else ""
     return (f"running: {', '.join(request(v, True) for v in state.running) or 'none'}; line: "
             f"{', '.join(request(v, False) for v in state.line) or 'empty'}; {state.free_seats} free seats, "
-            f"a budget of {state.token_budget} tokens, {state.free_blocks} free blocks, {state.order}")
+            f"a budget of {state.token_budget} tokens{pool}{order}")
 
 
 def check_plan(state: StepState, plan: object, expected: StepPlan | None = None) -> None:
-    """Raise PlanError naming the first rule `plan` breaks, with the case in words; `expected` is minicb's
-    plan for the same state (computed when not given)."""
+    """Raise PlanError naming the first rule `plan` breaks, with the case in words, in the words of the lesson the
+    step needs; `expected` is minicb's plan for the same state (computed when not given)."""
     if not isinstance(plan, StepPlan):
         raise PlanError(f"plan_step returned {plan!r}: it must return a StepPlan(runs, starts, victims)")
     for name in ("runs", "starts"):
@@ -64,16 +106,30 @@ def check_plan(state: StepState, plan: object, expected: StepPlan | None = None)
     if both := set(plan.runs) & set(plan.victims):
         raise PlanError(f"{sorted(both)} both run and give way: a victim gets no tokens this step")
     expected = expected or plan_step(state)
+    lesson = lesson_needed(state, expected) if plan != expected else 7
+    grown = f"This step needs what lesson {lesson:02d} adds: {GROWN_BY[lesson]}. " if lesson > 2 else ""
     # In the order the step gives out its budget, so that the first difference is named, not what follows from it.
     first = {r.request_id for r in state.running
              if state.order == "decode_first" or state.uncomputed(r.request_id) > 1}
-    for rule, part in (("victims", list), ("runs", first), ("starts", dict), ("runs", dict)):
-        got, want = getattr(plan, rule), getattr(expected, rule)
+    for name, part in (("victims", list), ("runs", first), ("starts", dict), ("runs", dict)):
+        got, want = getattr(plan, name), getattr(expected, name)
         if isinstance(part, set):
             got, want = ({r: n for r, n in d.items() if r in part} for d in (got, want))
         if got != want:
-            raise PlanError(f"rule '{rule}': {PLAN_RULES[rule]}. In this case ({described(state)}), the plan has "
-                            f"{rule}={got}, the contract gives {want}")
+            raise PlanError(f"rule '{name}': {rule(name, lesson)}. {grown}In this case "
+                            f"({described(state, lesson)}), the plan has {name}={got}, the contract gives {want}")
+
+
+def plan_to_run(state: StepState, plan: object, reached: int) -> tuple[StepPlan, int]:
+    """The plan the engine applies, and 0, when `plan` meets the contract or breaks a rule of a lesson up to
+    `reached` (then PlanError); minicb's plan and the lesson that teaches the rule, when the step needs a later one."""
+    expected = plan_step(state)
+    if plan == expected:
+        return expected, 0
+    if isinstance(plan, StepPlan) and (needed := lesson_needed(state, expected)) > reached:
+        return expected, needed
+    check_plan(state, plan, expected)
+    return plan, 0   # equal to expected in every rule, though not as an object (a dict subclass, say)
 
 
 def may_give_way(running: Sequence[RequestView]) -> list[RequestView]:
@@ -113,10 +169,6 @@ def _checked(check: Callable[..., None]) -> Callable[[Callable], Callable]:
     return wrap
 
 
-def _plan(plan: object, state: StepState) -> None:
-    check_plan(state, plan)
-
-
 def _chunk(num_tokens: object, uncomputed: int, *_: Any) -> None:
     if type(num_tokens) is not int or not 0 <= num_tokens <= uncomputed:
         raise ValueError(f"chunk_size gave {num_tokens!r} tokens to a request with {uncomputed} uncomputed: a chunk "
@@ -146,15 +198,36 @@ def _eviction(block: object, candidates: Sequence[CachedBlock]) -> None:
                          f"{len(candidates)} candidates (the cached blocks no table holds)")
 
 
-CHECKS = {"plan_step": _checked(_plan), "chunk_size": _checked(_chunk), "choose_victim": _checked(_victim),
+def _plan_check(reached: int) -> Callable[[Callable], Callable]:
+    """plan_step's wrapper maker: minicb's plan runs a step that needs a lesson after `reached`, saying so once per
+    engine and lesson; a plan that breaks a rule of a lesson up to `reached` is refused."""
+    def wrap(part: Callable) -> Callable:
+        said: set[int] = set()
+
+        @functools.wraps(part)
+        def checked_part(state: StepState) -> StepPlan:
+            plan, needed = plan_to_run(state, part(state), reached)
+            if needed and needed not in said:
+                said.add(needed)
+                print(f"Your plan_step does not yet do what lesson {needed:02d} adds ({GROWN_BY[needed]}): minicb's "
+                      f"plan runs the steps that need it. Grow yours, then check it with: "
+                      f"pytest tests/exercises -k lesson{needed:02d}_task3")
+            return plan
+        return checked_part
+    return wrap
+
+
+CHECKS = {"chunk_size": _checked(_chunk), "choose_victim": _checked(_victim),
           "should_swap": _checked(_swap), "longest_cached_prefix": _checked(_prefix),
           "choose_eviction": _checked(_eviction)}
 
 
-def checked(parts: EngineParts | None = None, **plugged: Any) -> EngineParts:
-    """parts (or EngineParts(**plugged)) with each part that is not minicb's own wrapped in its contract's check."""
+def checked(parts: EngineParts | None = None, reached: int = 7, **plugged: Any) -> EngineParts:
+    """parts (or EngineParts(**plugged)) with each part that is not minicb's own wrapped in its contract's check.
+    reached: the last lesson whose part of plan_step's contract is enforced (see _plan_check)."""
     parts = replace(parts or EngineParts(), **plugged)
     own = EngineParts()
-    wrapped = {f.name: CHECKS[f.name](getattr(parts, f.name)) for f in fields(parts)
-               if f.name in CHECKS and getattr(parts, f.name) not in (None, getattr(own, f.name))}
+    checks = {**CHECKS, "plan_step": _plan_check(reached)}
+    wrapped = {f.name: checks[f.name](getattr(parts, f.name)) for f in fields(parts)
+               if f.name in checks and getattr(parts, f.name) not in (None, getattr(own, f.name))}
     return replace(parts, **wrapped)

@@ -64,7 +64,7 @@ def started(task: Task, root: Path) -> bool:
         return True
     for symbol in task.symbols:
         node = find_function(tree, symbol)
-        if node is None or stub_label(node) != task.label:
+        if node is None or stub_label(node) != task.stub:
             return True
     return False
 

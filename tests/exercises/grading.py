@@ -53,10 +53,11 @@ def ids(n: int) -> list[int]:
     return list(range(10, 10 + n))
 
 
-def simulated_engine(parts: EngineParts | None = None, **config) -> LLMEngine:
+def simulated_engine(parts: EngineParts | None = None, reached: int = 7, **config) -> LLMEngine:
     """The engine on the simulator (exact, repeatable tokens), with the pool checked every step, and the parts
-    checked against their contracts at the seam, as course.parts() plugs a learner's in."""
-    return explaining(LLMEngine(parts=checked(parts),
+    checked against their contracts at the seam, as course.parts() plugs a learner's in (plan_step's up to lesson
+    `reached`: minicb's plan runs the steps that need a later one)."""
+    return explaining(LLMEngine(parts=checked(parts, reached),
                                 **{"device": "cpu", "simulate": True, "check_kv_invariants": True, **config}))
 
 
@@ -76,12 +77,13 @@ def obeying(rule: str, fn, *args):
         pytest.fail(f"{rule} (your code raised {type(error).__name__}: {error})")
 
 
-def run_both(parts: EngineParts, workload: list[tuple[int, int, int]], **config) -> tuple[LLMEngine, LLMEngine]:
+def run_both(parts: EngineParts, workload: list[tuple[int, int, int]], reached: int = 7,
+             **config) -> tuple[LLMEngine, LLMEngine]:
     """The same workload ((prompt length, max_tokens, priority) per request) on the learner's parts
     and on minicb's; every result must come back complete and the same as minicb's."""
     engines = []
     for p in (parts, EngineParts()):
-        engine = simulated_engine(p, **config)
+        engine = simulated_engine(p, reached, **config)
         for i, (n, max_tokens, priority) in enumerate(workload):
             engine.add_request(ids(n), SamplingParams(max_tokens=max_tokens, ignore_eos=True), request_id=chr(97 + i),
                                priority=priority)

@@ -7,13 +7,15 @@ from dataclasses import replace
 
 import pytest
 from grading import answer, contract_test, decisions, obeying, run_both, simulated_engine
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from minicb import course
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.course.contracts import PlanError, check_plan
+from minicb.course.contracts import PlanError, check_plan, lesson_needed
 from minicb.scheduler.plan import StepState
+from minicb.scheduler.plan import plan_step as minicbs_plan
 from minicb.scheduler.preemption import choose_victim
 from minicb.scheduler.request import RequestView
 
@@ -26,23 +28,32 @@ def blocks(num_tokens: int, block_size: int) -> int:
 
 
 @st.composite
-def step_states(draw, order: str) -> StepState:
-    """A random step: running requests holding blocks (some shared, so giving way frees fewer), a line
-    whose members may have a prefix hit, tight seats, budget and pool, whole or chunked prompts."""
-    size, chunked = draw(st.sampled_from([2, 4])), draw(st.booleans())
+def step_states(draw, lesson: int, order: str = "decode_first") -> StepState:
+    """A random step, holding only what the lessons up to `lesson` teach. Lesson 02: running decodes, a line of
+    prompts, tight seats and budget, a pool that never runs short. 04: a tight pool, which the running requests'
+    next tokens still fit. 06: one they may not fit, and a line that holds prompts recomputed after a preemption.
+    07: chunked prompts, blocks shared with other tables, a line whose members may have a prefix hit."""
+    size, chunked = draw(st.sampled_from([2, 4])), lesson >= 7 and draw(st.booleans())
     num_running, num_line = draw(st.integers(0, 5)), draw(st.integers(0, 4))
     views, uncomputed, shared = [], {}, {}
     for i in range(num_running + num_line):
-        rid, todo = chr(97 + i), draw(st.sampled_from([1, 1, 1, 2, 3, 6, 9]))
+        running = i < num_running
+        rid = chr(97 + i)
+        todo = 1 if running and lesson < 7 else draw(st.sampled_from([1, 1, 1, 2, 3, 6, 9] if lesson >= 7
+                                                                      else [1, 2, 3, 6, 9]))
         # Running ones often sit at a block boundary, where their next token needs a new block.
-        computed = draw(st.sampled_from([size, 2 * size, 3 * size]) | st.integers(1, 12)) if i < num_running \
-            else size * draw(st.integers(0, 2))
-        # Some have output tokens: decodes, and prompts being recomputed after a preemption (more than 1 to do).
-        output = draw(st.integers(0, computed + todo - 1))
+        computed = draw(st.sampled_from([size, 2 * size, 3 * size]) | st.integers(1, 12)) if running \
+            else size * draw(st.integers(0, 2)) if lesson >= 7 else 0
+        if lesson >= 7:   # decodes, and prompts being recomputed after a preemption (more than 1 to do)
+            output = draw(st.integers(0, computed + todo - 1))
+        elif running:     # a decode: its prompt and all but its last output token are computed
+            output = draw(st.integers(1, computed))
+        else:             # a new prompt, or (from lesson 06) one recomputed with its output so far
+            output = draw(st.integers(0, todo - 1)) if lesson >= 6 else 0
         views.append(RequestView(rid, draw(st.integers(0, 2)), float(i), i, computed + todo - output, output,
                                  computed, 32))
         uncomputed[rid] = todo
-        shared[rid] = draw(st.integers(0, blocks(computed, size))) if i < num_running else 0
+        shared[rid] = draw(st.integers(0, blocks(computed, size))) if running and lesson >= 7 else 0
 
     def by_id(rid: str) -> RequestView:
         return next(v for v in views if v.request_id == rid)
@@ -65,10 +76,12 @@ def step_states(draw, order: str) -> StepState:
         return blocks(by_id(rid).num_computed_tokens, size) - shared[rid]
 
     # The running requests run in the order they started, which under priorities is not serving order.
-    return StepState(running=tuple(draw(st.permutations(views[:num_running]))), line=tuple(views[num_running:]),
-                     free_seats=draw(st.integers(0, 3)), token_budget=draw(st.integers(1, 14)),
-                     free_blocks=draw(st.integers(0, 6)), order=order, chunk=chunk, blocks_to_grow=grow,
-                     blocks_to_start=start, blocks_freed_by=freed, choose_victim=choose_victim)
+    state = StepState(running=tuple(draw(st.permutations(views[:num_running]))), line=tuple(views[num_running:]),
+                      free_seats=draw(st.integers(0, 3)), token_budget=draw(st.integers(1, 14)),
+                      free_blocks=draw(st.integers(0, 6)) if lesson >= 4 else 10**6, order=order, chunk=chunk,
+                      blocks_to_grow=grow, blocks_to_start=start, blocks_freed_by=freed, choose_victim=choose_victim)
+    assume(lesson_needed(state, minicbs_plan(state)) <= lesson)
+    return state
 
 
 def meets_the_contract(plan_step, state: StepState) -> None:
@@ -79,8 +92,8 @@ def meets_the_contract(plan_step, state: StepState) -> None:
         raise AssertionError(str(error)) from None
 
 
-def check_the_contract(plan_step, order: str, examples: int = 400) -> None:
-    contract_test(lambda: plan_step, meets_the_contract, examples, state=step_states(order))()
+def check_the_contract(plan_step, lesson: int, order: str = "decode_first", examples: int = 400) -> None:
+    contract_test(lambda: plan_step, meets_the_contract, examples, state=step_states(lesson, order))()
 
 
 def check_the_engine_admits_as_worked_out_by_hand(plan_step):
@@ -95,48 +108,54 @@ def check_the_engine_admits_as_worked_out_by_hand(plan_step):
         "the engine must admit as first come, first served does when seats free up")
 
 
-ENGINES = {   # each configuration, and what it must exercise: the trace field that is non-empty in some step
-    "decode_first, preempting": (dict(max_num_seqs=6, num_blocks=12, block_size=4, max_model_len=48), "preempted"),
-    "prefill_first, chunked": (dict(max_num_seqs=6, num_blocks=10, block_size=4, max_model_len=40,
-                                    schedule_priority="prefill_first", enable_chunked_prefill=True,
-                                    max_num_batched_tokens=8), "preempted"),
-    "swapping": (dict(max_num_seqs=6, num_blocks=12, block_size=4, max_model_len=48, preemption_mode="swap"),
+ENGINES = {   # each configuration: the lessons that grade it, and the trace field it must exercise in some step
+    "seats and budget": ((2,), dict(max_num_seqs=3, num_blocks=64, block_size=4, max_model_len=48,
+                                    max_num_batched_tokens=10), "admitted"),
+    "decode_first, preempting": ((4, 6), dict(max_num_seqs=6, num_blocks=12, block_size=4, max_model_len=48),
+                                 "preempted"),
+    "swapping": ((6,), dict(max_num_seqs=6, num_blocks=12, block_size=4, max_model_len=48, preemption_mode="swap"),
                  "swapped_in"),
-    "prefix caching": (dict(max_num_seqs=4, num_blocks=16, block_size=2, max_model_len=32, enable_prefix_caching=True,
-                            enable_chunked_prefill=True, max_num_batched_tokens=6), "cached_tokens"),
-    "priority": (dict(max_num_seqs=4, num_blocks=9, block_size=4, max_model_len=36, scheduling_policy="priority"),
+    "priority": ((6,), dict(max_num_seqs=4, num_blocks=9, block_size=4, max_model_len=36, scheduling_policy="priority"),
                  "preempted"),
+    "prefill_first, chunked": ((7,), dict(max_num_seqs=6, num_blocks=10, block_size=4, max_model_len=40,
+                                          schedule_priority="prefill_first", enable_chunked_prefill=True,
+                                          max_num_batched_tokens=8), "preempted"),
+    "prefix caching": ((7,), dict(max_num_seqs=4, num_blocks=16, block_size=2, max_model_len=32,
+                                  enable_prefix_caching=True, enable_chunked_prefill=True, max_num_batched_tokens=6),
+                       "cached_tokens"),
 }
 
 
-def check_the_engine_runs_yours(plan_step, name: str):
+def engines_of(lesson: int) -> list[str]:
+    return [name for name, (lessons, _, _) in ENGINES.items() if lesson in lessons]
+
+
+def check_the_engine_runs_yours(plan_step, name: str, lesson: int = 7):
+    """The engine runs your plan where it needs no lesson after `lesson`, and minicb's plan in the other steps."""
     workload = PRESSURE if name != "priority" else [(n, m, i % 3) for i, (n, m, _) in enumerate(PRESSURE)]
-    config, exercised = ENGINES[name]
+    _, config, exercised = ENGINES[name]
     yours, reference = obeying(f"the engine runs your plan ({name})",
-                               lambda: run_both(EngineParts(plan_step=plan_step), workload, **config))
+                               lambda: run_both(EngineParts(plan_step=plan_step), workload, reached=lesson, **config))
     assert any(decisions(reference, exercised)), f"the {name} workload must exercise {exercised}"
     for what in ("admitted", "preempted", "swapped_in"):
         assert decisions(yours, what) == decisions(reference, what), (
             f"with your plan_step the engine {what} other requests than minicb's at some step ({name})")
 
 
-# The graded tests: each check above on your function (tests/graders/test_lesson02_controls.py runs them on wrong ones).
+# The graded tests: each check above on your function (tests/graders/test_lesson02_controls.py runs them on wrong
+# ones). Lesson 02 grades the plan as lesson 02 teaches it; lessons 04, 06 and 07 grade the same function grown.
 
-def test_lesson02_task1_meets_the_contract_decode_first():
-    check_the_contract(mine.plan_step, "decode_first")
-
-
-def test_lesson02_task1_meets_the_contract_prefill_first():
-    check_the_contract(mine.plan_step, "prefill_first")
+def test_lesson02_task1_meets_the_contract():
+    check_the_contract(mine.plan_step, 2)
 
 
 def test_lesson02_task1_the_engine_admits_as_worked_out_by_hand():
     check_the_engine_admits_as_worked_out_by_hand(mine.plan_step)
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engines_of(2))
 def test_lesson02_task1_the_engine_runs_yours(name):
-    check_the_engine_runs_yours(mine.plan_step, name)
+    check_the_engine_runs_yours(mine.plan_step, name, 2)
 
 
 def test_lesson02_task1_a_wrong_plan_is_refused_with_its_rule():
@@ -145,3 +164,31 @@ def test_lesson02_task1_a_wrong_plan_is_refused_with_its_rule():
     engine.add_request([10, 11], SamplingParams(max_tokens=2, ignore_eos=True), request_id="a")
     with pytest.raises(PlanError, match=r"the plan names \['z'\], which are not running"):
         engine.step()
+
+
+def test_lesson04_task3_meets_the_contract():
+    check_the_contract(mine.plan_step, 4)
+
+
+@pytest.mark.parametrize("name", engines_of(4))
+def test_lesson04_task3_the_engine_runs_yours(name):
+    check_the_engine_runs_yours(mine.plan_step, name, 4)
+
+
+def test_lesson06_task3_meets_the_contract():
+    check_the_contract(mine.plan_step, 6)
+
+
+@pytest.mark.parametrize("name", engines_of(6))
+def test_lesson06_task3_the_engine_runs_yours(name):
+    check_the_engine_runs_yours(mine.plan_step, name, 6)
+
+
+@pytest.mark.parametrize("order", ["decode_first", "prefill_first"])
+def test_lesson07_task3_meets_the_contract(order):
+    check_the_contract(mine.plan_step, 7, order)
+
+
+@pytest.mark.parametrize("name", engines_of(7))
+def test_lesson07_task3_the_engine_runs_yours(name):
+    check_the_engine_runs_yours(mine.plan_step, name, 7)

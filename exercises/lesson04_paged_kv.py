@@ -7,6 +7,14 @@ Task 1  PagedAllocator: can_allocate, allocate, can_append, append_slots, free
         (one pair of methods alone: -k lesson04_task1_allocate, _append or _free; all five together:
         -k lesson04_task1_allocator)
 Task 2  size_kv_pool (a design task)   pytest tests/exercises -k lesson04_task2
+Task 3  plan_step, grown: edit yours in exercises/lesson02_continuous.py
+                                   pytest tests/exercises -k lesson04_task3
+        A newcomer now also needs KV blocks. state.free_blocks is what the pool can hand out now;
+        state.blocks_to_grow(request_id, n) is what a running request needs for n more tokens, and
+        state.blocks_to_start(request_id, n) what a newcomer needs for its first n. The running requests'
+        new blocks come first (in this lesson's tests they always fit). Then the newcomers start, first come,
+        first served, as many as the seats, the budget and the blocks left take; nobody starts after one
+        that cannot. Lesson 02's rules still hold.
 
 The engine builds its BlockManager (minicb/kv/block_manager.py) over your class: the BlockManager
 decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on
@@ -136,10 +144,13 @@ def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
     The contract (each rule is checked by a test, rule 1 first):
     1. block_size is one of problem.block_sizes; num_blocks is an int; the pool, block_size * num_blocks
        slots, fits the device's problem.budget_slots and holds one request of problem.max_model_len.
-    2. Waste: over the graded runs, at most minicb.course.pool_sizing.MAX_WASTE (20%) of the slots the
+    2. Waste: over the graded runs, at most minicb.course.pool_sizing.MAX_WASTE (30%) of the slots the
        sequences hold hold no token.
     3. Preemptions: over the graded runs, at most MAX_PREEMPTIONS_PER_REQUEST (2 per 100 requests).
     4. Memory: the pool takes at most MEMORY_SHARE (125%) of the slots of the reference answer's pool.
+    5. Block overhead: each block a step reads costs about BLOCK_OVERHEAD_TOKENS (4) tokens' reading more;
+       over the graded runs this adds at most MAX_BLOCK_OVERHEAD (a third) to the tokens read
+       (pool_sizing.block_overhead; run_pool's report shows it).
     The graded runs are workloads from seeds you have not seen, drawn as problem.workload draws them;
     problem.practice_seeds are three such workloads to design on, and any other seed draws another.
     """

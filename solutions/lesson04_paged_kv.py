@@ -2,7 +2,7 @@
 free also handles the swap pool of lesson 06), and an answer to the design task."""
 import math
 
-from minicb.course.pool_sizing import PoolProblem, run_pool
+from minicb.course.pool_sizing import MAX_BLOCK_OVERHEAD, MAX_WASTE, PoolProblem, run_pool
 from minicb.kv.paged_allocator import PagedAllocator
 
 __all__ = ["PagedAllocator", "size_kv_pool"]
@@ -11,9 +11,11 @@ HEADROOM = 1.25   # the practice seeds' highest peak, and a quarter more: a heav
 
 
 def size_kv_pool(problem: PoolProblem) -> tuple[int, int]:
-    """The smallest block size (a sequence leaves at most one block partly empty), and a pool with headroom
-    over the most the practice workloads held at once on a pool that never ran dry."""
-    block_size = min(problem.block_sizes)
-    ample = problem.budget_slots // block_size
-    peak = max(run_pool(block_size, ample, seed, problem).peak_slots for seed in problem.practice_seeds)
-    return block_size, math.ceil(HEADROOM * peak / block_size)
+    """The smallest block size whose practice runs keep both the waste and the block overhead within their
+    bounds, and a pool with headroom over the most those runs held at once on a pool that never ran dry."""
+    for block_size in sorted(problem.block_sizes):
+        ample = problem.budget_slots // block_size
+        runs = [run_pool(block_size, ample, seed, problem) for seed in problem.practice_seeds]
+        if all(r.waste <= MAX_WASTE and r.block_overhead <= MAX_BLOCK_OVERHEAD for r in runs):
+            return block_size, math.ceil(HEADROOM * max(r.peak_slots for r in runs) / block_size)
+    raise ValueError("no block size keeps both the waste and the block overhead within bounds")

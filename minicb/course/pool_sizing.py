@@ -1,9 +1,11 @@
 """Lesson 04's design task: size the KV pool for a workload, graded on the simulator.
 
 An answer is a block size and a number of blocks: a pool of block_size * num_blocks token slots, cut from
-the device's KV memory. Three things judge it, each measured over whole runs:
+the device's KV memory. Four things judge it, each measured over whole runs:
 - waste: the share of the slots held by sequences that hold no token (internal fragmentation: the
   unfilled end of each sequence's last block);
+- block overhead: each block a step's attention reads costs a table lookup and a read of its own, so
+  small blocks add work per token read (the PagedAttention paper, §7.2: blocks too small underuse the GPU);
 - preemptions: how often a growing sequence found no free block and a running request gave its blocks back;
 - memory: the slots the pool takes, which nothing else on the device can use.
 The workload is chat-like: short speaker-line prompts, heavy-tailed output lengths drawn in advance
@@ -20,7 +22,9 @@ from minicb.lab.workload import WorkloadRequest, make_workload, run_workload
 from minicb.parts import EngineParts
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)   # the block sizes the paged attention kernels are built for
-MAX_WASTE = 0.2              # at most this share of the held slots may hold no token
+MAX_WASTE = 0.3              # at most this share of the held slots may hold no token
+BLOCK_OVERHEAD_TOKENS = 4    # reading one more block costs about as much as reading this many more tokens
+MAX_BLOCK_OVERHEAD = 1 / 3   # the blocks' cost may add at most this share to the cost of the tokens read
 MAX_PREEMPTIONS_PER_REQUEST = 0.02   # over all the graded runs: at most 2 preemptions per 100 requests
 MEMORY_SHARE = 1.25          # the pool may take at most this many times the slots of the reference answer's
 
@@ -64,9 +68,13 @@ class PoolReport:
     def waste(self) -> float:
         return self.empty_slot_steps / self.held_slot_steps if self.held_slot_steps else 0.0
 
+    @property
+    def block_overhead(self) -> float:
+        return block_overhead([self])
+
     def __str__(self) -> str:
         return (f"{self.num_blocks} blocks of {self.block_size} ({self.slots:,} slots): {self.waste:.0%} of the held "
-                f"slots empty, {self.preemptions} preemptions for {self.requests} requests, peak {self.peak_slots:,} "
+                f"slots empty, block overhead {self.block_overhead:.0%}, {self.preemptions} preemptions for {self.requests} requests, peak {self.peak_slots:,} "
                 "slots held")
 
 
@@ -106,6 +114,14 @@ def total_waste(reports: list[PoolReport]) -> float:
     """The share of all the slot-steps held over these runs that held no token."""
     held = sum(r.held_slot_steps for r in reports)
     return sum(r.empty_slot_steps for r in reports) / held if held else 0.0
+
+
+def block_overhead(reports: list[PoolReport]) -> float:
+    """What reading the blocks adds to the cost of reading the tokens, over these runs: each step reads every
+    block its sequences hold (held slots / block size) and every token in them."""
+    blocks = sum(r.held_slot_steps / r.block_size for r in reports)
+    tokens = sum(r.held_slot_steps - r.empty_slot_steps for r in reports)
+    return BLOCK_OVERHEAD_TOKENS * blocks / tokens if tokens else 0.0
 
 
 def preemptions_per_request(reports: list[PoolReport]) -> float:

@@ -14,8 +14,9 @@ import held_out
 from grading import reference_lesson
 
 from minicb import course
-from minicb.course.pool_sizing import (MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport,
-                                answer_error, preemptions_per_request, run_pool, total_waste)
+from minicb.course.pool_sizing import (BLOCK_OVERHEAD_TOKENS, MAX_BLOCK_OVERHEAD, MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE,
+                                       MEMORY_SHARE, PoolProblem, PoolReport, answer_error, block_overhead,
+                                       preemptions_per_request, run_pool, total_waste)
 
 mine = course.lesson("lesson04_paged_kv")
 
@@ -58,6 +59,16 @@ def check_little_waste(answer: object) -> float:
         f"{block_size} tokens, {waste:.0%} of them held none over the {len(held_out.POOL_SIZING)} unseen workloads "
         "(internal fragmentation: the unfilled end of each sequence's last block)")
     return waste
+
+
+def check_little_block_overhead(answer: object) -> float:
+    block_size, _ = check_pool_is_valid(answer)
+    overhead = block_overhead([graded_run(answer, seed) for seed in held_out.POOL_SIZING])
+    assert overhead <= MAX_BLOCK_OVERHEAD, (
+        f"rule 5: reading the blocks may add at most {MAX_BLOCK_OVERHEAD:.0%} to the cost of reading the tokens (a "
+        f"block costs about {BLOCK_OVERHEAD_TOKENS} tokens' reading); with blocks of {block_size} tokens it added "
+        f"{overhead:.0%} over the {len(held_out.POOL_SIZING)} unseen workloads: small blocks mean many blocks per token")
+    return overhead
 
 
 def check_few_preemptions(answer: object) -> float:
@@ -105,3 +116,8 @@ def test_lesson04_task2_few_preemptions_on_unseen_workloads(record_property):
 def test_lesson04_task2_no_more_memory_than_the_workload_needs(record_property):
     share = check_memory(answer_of(mine.size_kv_pool))
     record_property("margin", f"the pool takes {share:.0%} of the reference's slots (at most {MEMORY_SHARE:.0%})")
+
+
+def test_lesson04_task2_little_block_overhead_on_unseen_workloads(record_property):
+    overhead = check_little_block_overhead(answer_of(mine.size_kv_pool))
+    record_property("margin", f"reading the blocks added {overhead:.0%} (at most {MAX_BLOCK_OVERHEAD:.0%})")

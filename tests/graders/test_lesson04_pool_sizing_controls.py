@@ -3,7 +3,8 @@ Each is a learner's reasoning gone wrong in one place, most built on the referen
 from __future__ import annotations
 
 import pytest
-from test_lesson04_pool_sizing import check_few_preemptions, check_little_waste, check_memory, check_pool_is_valid
+from test_lesson04_pool_sizing import (check_few_preemptions, check_little_block_overhead, check_little_waste,
+                                      check_memory, check_pool_is_valid)
 
 from minicb.course.pool_sizing import PoolProblem
 from solutions.lesson04_paged_kv import size_kv_pool
@@ -16,6 +17,13 @@ def fewer_larger_blocks(problem):
     block_size, num_blocks = size_kv_pool(problem)
     largest = max(problem.block_sizes)
     return largest, block_size * num_blocks // largest
+
+
+def the_smallest_blocks(problem):
+    """The reference's memory, cut into the smallest blocks: the least waste, as if waste were the only cost."""
+    block_size, num_blocks = size_kv_pool(problem)
+    smallest = min(problem.block_sizes)
+    return smallest, block_size * num_blocks // smallest
 
 
 def the_whole_budget(problem):
@@ -43,8 +51,18 @@ def blocks_from_a_division(problem):
 
 
 def test_the_largest_blocks_fail_on_waste():
-    with pytest.raises(AssertionError, match="rule 2: at most 20% of the slots the sequences hold may hold no token"):
+    with pytest.raises(AssertionError, match="rule 2: at most 30% of the slots the sequences hold may hold no token"):
         check_little_waste(fewer_larger_blocks(PROBLEM))
+
+
+def test_the_smallest_blocks_fail_on_block_overhead():
+    with pytest.raises(AssertionError, match="rule 5: reading the blocks may add at most 33%"):
+        check_little_block_overhead(the_smallest_blocks(PROBLEM))
+
+
+def test_the_reference_picks_neither_extreme():
+    block_size, _ = size_kv_pool(PROBLEM)
+    assert min(PROBLEM.block_sizes) < block_size < max(PROBLEM.block_sizes)
 
 
 @pytest.mark.parametrize("design", [just_one_request, half_the_peak])
@@ -67,6 +85,9 @@ def test_the_controls_keep_the_rules_they_are_not_about():
     """So that each fails for the reason its test names. (The largest blocks also preempt: the slots they
     waste are slots the growing sequences lack.)"""
     check_memory(fewer_larger_blocks(PROBLEM))
+    check_little_block_overhead(fewer_larger_blocks(PROBLEM))
+    check_little_waste(the_smallest_blocks(PROBLEM))
+    check_memory(the_smallest_blocks(PROBLEM))
     check_little_waste(the_whole_budget(PROBLEM))
     check_few_preemptions(the_whole_budget(PROBLEM))
     check_memory(just_one_request(PROBLEM))

@@ -39,7 +39,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0  # with chunking, most prompt tokens per request per step (0: all)
     schedule_priority: str = "decode_first"  # or "prefill_first": who gets the step's token budget first
 
-    # Who goes first, and who is turned away: lesson 07.
+    # Who goes first, and who is turned away: lesson 07b.
     scheduling_policy: str = "fcfs"     # or "priority": lower Request.priority first; may preempt others
     max_waiting: int | None = None      # cap on waiting requests the next step cannot start (no seat, budget
     #                                     or KV blocks); new ones beyond it are REJECTED at once. None: no cap

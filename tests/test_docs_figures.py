@@ -34,6 +34,8 @@ L00, L01, L02, L03, L04 = (f"notebooks/{n}.ipynb" for n in (
 L05, L09 = "notebooks/05_triton_attention.ipynb", "notebooks/09_serving.ipynb"
 L06, L06B, L07, L08, L10 = (f"notebooks/{n}.ipynb" for n in (
     "06_preemption", "06b_preemption_costs", "07_scheduling_and_slos", "08_capstone", "10_prefix_caching"))
+L07B = "notebooks/07b_admission_and_priorities.ipynb"
+L03A = "notebooks/03_selective_batching_appendix.ipynb"
 BENCH = "bench/README.md"
 CHEATSHEET, GLOSSARY, WORKSHOP = "docs/CHEATSHEET.md", "docs/GLOSSARY.md", "docs/WORKSHOP.md"
 
@@ -78,7 +80,7 @@ ORDER_SHOWN = ("64 seats, decode_first {d64_50} ms {d64_99} ms {d64_tpot50} ms {
 STALL = "for chunked, budget in ((False, 1024), (True, 128))"   # lesson 07 §3
 STALL_SHOWN = ("off, budget 1024: decoders' ITL p50 {off50} ms, p99 {off99} ms, … first token {off_first} ms … "
                "on, budget 128 : decoders' ITL p50 {on50} ms, p99 {on99} ms, … first token {on_first} ms")
-OVERLOAD = "within_2_s = RequestSlo"                          # lesson 07 §4
+OVERLOAD = "within_2_s = RequestSlo"                          # lesson 07b §1
 OVERLOAD_SHOWN = ("capacity {capacity} requests/s … no admission control {sent} 0 {on_time0} {g0} req/s {lat0} s … "
                   "max_queue_delay_s=0.5 {served1} {rejected1} {on_time1} {g1} req/s … "
                   "max_waiting=32 {served2} {rejected2} {on_time2} {g2} req/s")
@@ -103,7 +105,7 @@ FIGURES = [
            "chunked prefill off (budget 1,024): p50 {off50} ms, p99 {off} ms; on (budget 128): p50 {on50} ms, "
            "p99 {on} ms"),
     Figure(CHEATSHEET, "`max_queue_delay_s=0.5` rejected {rejected1} of {sent} and raised goodput from {g0} to "
-           "{g1} req/s", L07, OVERLOAD, OVERLOAD_SHOWN),
+           "{g1} req/s", L07B, OVERLOAD, OVERLOAD_SHOWN),
     Figure(CHEATSHEET, "a too-small pool ({pre} preemptions) moved e2e p50 {a50} → {b50} s but p99 {a99} → {b99} s",
            L06B, TAIL, TAIL_SHOWN),
     Figure(CHEATSHEET, "static {static}% vs continuous {cont}% (bench/README.md)", BENCH, None,
@@ -118,10 +120,10 @@ FIGURES = [
            "| padded (dense, computes pads) | … | … | … | {waste}% of computed tokens |"),
     Figure(GLOSSARY, "The A-D example of lesson 01 used {useful} of {total} ({pct}%)", L01, A_D,
            "utilization = {useful}/{total} =", {"pct": lambda g: 100 * g["useful"] / g["total"]}),
-    Figure(GLOSSARY, "while {differ} of {n} greedy runs diverge", L03, "closest = (float(\"inf\")",
+    Figure(GLOSSARY, "while {differ} of {n} greedy runs diverge", L03A, "closest = (float(\"inf\")",
            "{differ} of {n} requests differ from their solo run"),
     Figure(GLOSSARY, "p99 TTFT ≤ {ttft} s and p99 ITL ≤ {itl} ms over the requests served, turning away at most {rej}%",
-           L07, "print(SloTarget())", "SloTarget(ttft_p99_s={ttft}, itl_p99_s={itl_s}, max_rejected_fraction={rej_f})",
+           L07B, "print(SloTarget())", "SloTarget(ttft_p99_s={ttft}, itl_p99_s={itl_s}, max_rejected_fraction={rej_f})",
            {"itl": lambda g: 1e3 * g["itl_s"], "rej": lambda g: 100 * g["rej_f"]}),
     # docs/WORKSHOP.md
     Figure(WORKSHOP, "the A-D example, {useful} of {total} seat-steps", L01, A_D, "utilization = {useful}/{total} ="),
@@ -142,18 +144,18 @@ FIGURES = [
     Figure(L02, "**(b)**: {c_steps} steps, utilization {c_util}%", L02, "static_outs = run_workload",
            "static {s_steps} {s_util}% continuous {c_steps} {c_util}%"),
     Figure(L02, "**(b)**: {sg}× in steps ({st} against {ct}), {tg}× in simulated tokens/s. Static batching keeps "
-           "{su}% of the seat-steps busy; continuous batching raises that to {cu}%", L02, "step_gains, gains = [], []",
+           "{su}% of the seat-steps busy. Continuous batching raises that to {cu}%", L02, "step_gains, gains = [], []",
            "heavy (Bard corpus) {su}% {cu}% {st} {ct} {sg}x {tg}x"),
-    # lesson 03
-    Figure(L03, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03, "closest = (float(\"inf\")",
+    # lesson 03, and its appendix (notebooks/03_selective_batching_appendix.ipynb)
+    Figure(L03A, "**(a)**: {differ} of {n}, over {tokens} greedy tokens", L03A, "closest = (float(\"inf\")",
            "{differ} of {n} requests differ from their solo run ({tokens} greedy tokens compared)"),
-    Figure(L03, "from B = 2 on, {a}% of its entries differ, and from B = 11 on, {b}%", L03, "linear = next(m for m in",
-           "B = 2: bitwise equal False entries that differ {a}% … B = 10: bitwise equal False entries that differ "
-           "{a}% … B = 11: bitwise equal False entries that differ {b}%"),
-    Figure(L03, "in bf16, where near-ties are one rounding step apart, {n} of the 16 flipped", L03, "half = LLM(None",
+    Figure(L03A, "From B = 2 on, {a}% of its entries differ, and from B = 4 on, {b}%", L03A, "linear = next(m for m in",
+           "B = 2: bitwise equal False entries that differ {a}% … B = 3: bitwise equal False entries that differ "
+           "{a}% … B = 4: bitwise equal False entries that differ {b}%"),
+    Figure(L03A, "In bf16, where near-ties are one rounding step apart, {n} of the 16 flipped", L03A, "half = LLM(None",
            "{n} of 16 requests differ from their solo run in bf16"),
     Figure(L03, "**(b)**: roughly {x}×", L03, "at batch 32 the flat step is", "the flat step is {x}x faster"),
-    Figure(L03, "most logits differ ({pct}% of them in the run stored here)", L03, "together16 = runner.logits",
+    Figure(L03A, "most logits differ ({pct}% of them in the run stored here)", L03A, "together16 = runner.logits",
            "logits that differ: {pct}% of"),
     # lesson 04
     Figure(L04, "**(c)**: {cu}%, against {pu}% with paging", L04, "def kv_run",
@@ -164,7 +166,7 @@ FIGURES = [
     Figure(L04, "**(a)**: {pre}. The pool did fill up ({used} of {n} blocks in use at the peak)", L04,
            "check_kv_invariants=True)   # the pool checked", "most blocks in use: {used} of {n} preemptions: {pre}"),
     # lesson 05
-    Figure(L05, "the last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
+    Figure(L05, "The last line gives the stored run's ratio, about {x}×", L05, "one call over the batch is",
            "one call over the batch is {x}x faster"),
     # lesson 06
     Figure(L06, "**(b)**: {pre} preemptions, of … it first runs out at step {first},", L06, PRESSED, PRESSED_SHOWN),
@@ -173,60 +175,64 @@ FIGURES = [
     Figure(L06, "victim, at step {first}, a few steps after it started", L06, PRESSED, PRESSED_SHOWN),
     Figure(L06, "(up to {swapped} at once here)", L06, "from itertools import accumulate",
            "swapped at most {swapped}"),
-    Figure(L06, "Both runs preempt {pre} times in {steps} steps", L06, "from itertools import accumulate",
-           "recompute ({steps} steps, {pre} preemptions)"),
     Figure(L06, "**(b)**: {pre} each, in {steps} steps each", L06, "from itertools import accumulate",
            "swap ({steps} steps, {pre} preemptions): … recompute ({steps__2} steps, {pre__2} preemptions)"),
     # lesson 06b
-    Figure(L06B, "at 256 tokens recomputing took tens of milliseconds against a millisecond or two for the swap "
+    Figure(L06B, "At 256 tokens recomputing took tens of milliseconds against a millisecond or two for the swap "
            "({re} ms against {swap} ms, {x}x)", L06B, "cpu_cost = measure_preemption_cost", "256 {re} ms {swap} ms",
            {"x": lambda g: g["re"] / g["swap"]}),
     Figure(L06B, "With an ample pool these requests take about {a50} s at the median and {a99} s at p99", L06B, TAIL,
            TAIL_SHOWN),
-    Figure(L06B, "p99, by far: it went from {a99} s to {b99} s ({x}x) while p50 went from {a50} s to {b50} s ({pct}%)",
+    Figure(L06B, "It went from {a99} s to {b99} s ({x}x), while p50 went from {a50} s to {b50} s ({pct}%)",
            L06B, TAIL, TAIL_SHOWN,
            {"x": lambda g: g["b99"] / g["a99"], "pct": lambda g: 100 * (g["b50"] / g["a50"] - 1)}),
-    Figure(L06B, "The worst-hit preempted request was {worst}x slower than with the ample pool (the median one {med}x, "
-           "one in ten {p90}x or worse), and the preempted requests are the tail: all {k4} of the 4 slowest, all {k20} "
-           "of the 20 slowest", L06B, HIT, HIT_SHOWN),
+    Figure(L06B, "The worst-hit preempted request was {worst}x slower than with the ample pool. The median one was "
+           "{med}x slower, and one in ten {p90}x or worse. The preempted requests are the tail: all {k4} of the 4 "
+           "slowest, all {k20} of the 20 slowest", L06B, HIT, HIT_SHOWN),
     Figure(L06B, "the first victim again the next time the pool runs out: up to {max_pre} times here", L06B, HIT,
            HIT_SHOWN),
     Figure(L06B, "the per-token p99 more than doubles too ({tpot_a99} to {tpot_b99} ms)", L06B, TAIL, TAIL_SHOWN),
     Figure(L06B, "The {n_never} requests never preempted nearly kept their median ({never50} s", L06B, HIT, HIT_SHOWN),
-    Figure(L06B, "lost less at p99 ({never99} s: … the {n_pre} preempted ones have a median of {pre50} s and a p99 of "
-           "{pre99} s", L06B, HIT, HIT_SHOWN),
     Figure(L06B, "32: {tps32} tok/s, the most, with {pre32} preemptions. 64 seats serve fewer ({tps64} tok/s) at a "
-           "worse p99 ({p99_64} s against {p99_32} s): their {pre64} preemptions", L06B, SEATS, SEATS_SHOWN),
-    Figure(L06B, "({tps4}, {tps8}, {tps16}, {tps32} tok/s); p99 fell up to 16 seats ({p99_4}, {p99_8}, {p99_16} s) and "
-           "then stayed flat ({p99_32} s at 32), while the median kept falling ({p50_16} s to {p50_32} s)",
+           "worse p99 ({p99_64} s against {p99_32} s). Their {pre64} preemptions", L06B, SEATS, SEATS_SHOWN),
+    Figure(L06B, "({tps4}, {tps8}, {tps16}, {tps32} tok/s). The p99 fell up to 16 seats ({p99_4}, {p99_8}, {p99_16} s), "
+           "then stayed flat ({p99_32} s at 32)",
            L06B, SEATS, SEATS_SHOWN),
-    Figure(L06B, "a too-small pool (86 blocks, {pre} preemptions) moved the latency p50 from {a50} s to {b50} s but "
+    Figure(L06B, "A too-small pool (86 blocks, {pre} preemptions) moved the latency p50 from {a50} s to {b50} s but "
            "p99 from {a99} s to {b99} s", L06B, TAIL, TAIL_SHOWN),
-    Figure(L06B, "preempted requests ran up to {worst}x slower than with an ample pool, and all {k20} of the 20 "
+    Figure(L06B, "Preempted requests ran up to {worst}x slower than with an ample pool, and all {k20} of the 20 "
            "slowest were preempted", L06B, HIT, HIT_SHOWN),
     Figure(L06B, "(the 7B at 400 TFLOP/s: never on PCIe 3.0 or 4.0, from {a5} tokens on 5.0)", L06B,
            "crossover_table(RooflineCost(", "PCIe 3.0 x16, 12 GB/s never never {c3} never PCIe 4.0 x16, 25 GB/s never "
            "never {c4} {d4} PCIe 5.0 x16, 50 GB/s {a5} never {c5} {d5}"),
-    Figure(L06B, "with a copy per piece (the last line), recompute wins in every case", L06B,
+    Figure(L06B, "With a copy per piece (the last line), recompute wins in every case", L06B,
            "crossover_table(RooflineCost(", "swapping is cheaper within the model's context in 0 of these 12 cases"),
     # lesson 07
-    Figure(L07, "with a pool too small, p99 grew {x}x while p50 grew {pct}%", L06B, TAIL, TAIL_SHOWN,
+    Figure(L07, "With a pool too small, p99 grew {x}x while p50 grew {pct}%", L06B, TAIL, TAIL_SHOWN,
            {"x": lambda g: g["b99"] / g["a99"], "pct": lambda g: 100 * (g["b50"] / g["a50"] - 1)}),
-    Figure(L07, "With 64 seats, lower: {p64_99} ms against {d64_99} ms (and {p64_50} against {d64_50} ms at p50), paid "
-           "by the streams (TPOT p99 {p64_tpot99} against {d64_tpot99} ms, ITL p99 {p64_itl} against {d64_itl} ms)",
+    Figure(L07, "With 64 seats, TTFT p99 is lower: {p64_99} ms against {d64_99} ms. The p50 is lower too, {p64_50} "
+           "against {d64_50} ms. The streams pay: TPOT p99 is {p64_tpot99} against {d64_tpot99} ms, and ITL p99 "
+           "{p64_itl} against {d64_itl} ms", L07, ORDER, ORDER_SHOWN),
+    Figure(L07, "TTFT p99 is a little higher, {p32_99} ms against {d32_99} ms. Only the p50 is still lower, {p32_50} "
+           "against {d32_50} ms. Up to {p32_w} requests wait for a seat, against {d32_w} under decode first",
            L07, ORDER, ORDER_SHOWN),
-    Figure(L07, "p99 is a little higher: {p32_99} ms against {d32_99} ms, though its p50 is still lower ({p32_50} "
-           "against {d32_50} ms). … up to {p32_w} requests wait for one ({d32_w} under decode-first)",
-           L07, ORDER, ORDER_SHOWN),
-    Figure(L07, "About 30 ms: {on99} ms against {off99} ms, five times lower, while the median gap barely moved "
-           "({on50} against {off50} ms)", L07, STALL, STALL_SHOWN),
-    Figure(L07, "their first token came after {on_first} ms on average against {off_first} ms", L07, STALL,
+    Figure(L07, "The mean gap is {mean} ms, but the p99 gap is {p99} ms", L07, "longest = max(outs",
+           "mean {mean} ms, p99 {p99} ms"),
+    Figure(L07, "About 30 ms: {on99} ms against {off99} ms, five times lower. The median gap barely moved, {on50} "
+           "against {off50} ms", L07, STALL, STALL_SHOWN),
+    Figure(L07, "Their first token came after {on_first} ms on average, against {off_first} ms", L07, STALL,
            STALL_SHOWN),
-    Figure(L07, "About 300: {on_time0} of 1,000 within 2 s, a goodput of {g0} requests/s, and a median latency of "
-           "{lat0} s. With `max_queue_delay_s=0.5`, {rejected1} are turned away at once and {on_time1} of the "
-           "{served1} served are on time: {g1} requests/s, nearly three times as much ({x}x), and a little more than "
-           "the {capacity} requests/s", L07, OVERLOAD, OVERLOAD_SHOWN, {"x": lambda g: g["g1"] / g["g0"]}),
-    Figure(L07, "`max_waiting=32` does nearly as well ({g2})", L07, OVERLOAD, OVERLOAD_SHOWN),
+    # lesson 07b
+    Figure(L07B, "About 300: {on_time0} of 1,000 within 2 s. That is a goodput of {g0} requests/s, and the median "
+           "latency is {lat0} s. With `max_queue_delay_s=0.5`, {rejected1} are turned away at once. Of the {served1} "
+           "served, {on_time1} are on time. That is {g1} requests/s, {x}x as much. It is even a little more than the "
+           "capacity of {capacity} requests/s", L07B, OVERLOAD, OVERLOAD_SHOWN, {"x": lambda g: g["g1"] / g["g0"]}),
+    Figure(L07B, "`max_waiting=32` does nearly as well ({g2})", L07B, OVERLOAD, OVERLOAD_SHOWN),
+    Figure(L07B, "A quarter later: {p_o} s against {f_o} s, {pct}% more. … median first token came after {p_u} s "
+           "instead of {f_u} s", L07B, "urgent = [i % 10 == 0", "fcfs {f_u} s {f_ud} s {f_o} s {f_od} s priority "
+           "{p_u} s {p_ud} s {p_o} s {p_od} s the others' first token p50: +{pct}% under priorities"),
+    Figure(L07B, "the defaults reach {itl} ms. … TTFT misses too, at {ttft} s", L07B, "print(SloTarget())",
+           "defaults: misses the SLO: served 400, rejected 0, p99 TTFT {ttft} s, p99 ITL {itl} ms"),
     # lesson 08
     Figure(L08, "**(c)**: p50 {p50} ms, p99 {p99} ms, about {x}×. The queue is not the cause: the time to first "
            "token stays at {ttft99} ms even at p99", L08, "load = make_workload(3_000",
@@ -235,7 +241,7 @@ FIGURES = [
     Figure(L08, "**(b)**: {gain}×, from {s_steps} static steps to {c_steps} continuous ones ({x}× fewer)", L08,
            "def steps_and_rate", "heavy-tailed (chat) {s_steps} {c_steps} {gain}x",
            {"x": lambda g: g["s_steps"] / g["c_steps"]}),
-    Figure(L08, "goodput peaks at 30 req/s ({g30} req/s, against {g25} at 25), while the knee, where p99 first token "
+    Figure(L08, "goodput peaks at 30 req/s ({g30} req/s, against {g25} at 25). The knee, where p99 first token "
            "passes 1 s, is at 50 req/s ({ttft50} s). Between 20 and 25 req/s the p99 ITL jumps from {itl20} ms to "
            "{itl25} ms", L08, LOAD, LOAD_SHOWN),
     Figure(L08, "({g40} req/s at 40, then {g50} at 50)", L08, LOAD, LOAD_SHOWN),
@@ -256,7 +262,7 @@ FIGURES = [
     Figure(L08, "keeps every seat busy while a request waits, and serves about {rate} requests per second", L08,
            "over = make_workload(2_000", "200 req/s: … seats busy {u}% over the run, 100% while one waited; {rate} "
            "req/s served"),
-    Figure(L02, "continuous batching keeps {c}% of the seats busy; static batching keeps {s}%", L02,
+    Figure(L02, "continuous batching keeps {c}% of the seats busy. Static batching keeps {s}%", L02,
            "summary['seat_utilization_while_queued']", "static a request waited after {sq}% of the steps; seats "
            "busy: {su}% over the run, {s}% while one waited continuous a request waited after {cq}% of the steps; "
            "seats busy: {cu}% over the run, {c}% while one waited"),
@@ -264,7 +270,7 @@ FIGURES = [
     Figure(L10, "about {x} times sooner in the run stored here ({off50} to {on50} ms at p50, {off99} to {on99} ms at p99)",
            L10, PROLOGUE, PROLOGUE_SHOWN, {"x": lambda g: round(g["off50"] / g["on50"], -1)}),
     Figure(L10, "**(c)**: about a tenth, {pf_on} of the {pf_off} prompt tokens", L10, PROLOGUE, PROLOGUE_SHOWN),
-    Figure(L10, "here TTFT p50 went from {sh_off50} to {sh_on50} ms", L10, PROLOGUE, PROLOGUE_SHOWN),
+    Figure(L10, "Here TTFT p50 went from {sh_off50} to {sh_on50} ms", L10, PROLOGUE, PROLOGUE_SHOWN),
     Figure(L10, "The same 48 requests are served about {x}x sooner", L10, CROWD, CROWD_SHOWN,
            {"x": lambda g: g["off_s"] / g["on_s"]}),
     Figure(L10, "**(b)**: all at once, nearly: {miss}% up to 64 blocks, {mid}% at 96, then {hit}% from 128", L10,
@@ -272,8 +278,8 @@ FIGURES = [
     Figure(L10, "({pre_on} preemptions against {pre_off}). … prefills only what is not there: {pf_on} tokens against "
            "{pf_off} (without caching the prompts alone are {prompts}, plus every recompute). All are served in {on_s} "
            "simulated seconds against {off_s}", L10, REPREEMPT, REPREEMPT_SHOWN),
-    Figure(L10, "about a tenth of the prompt tokens prefilled ({pf_on} of {pf_off}) and the first token about {x} "
-           "times sooner ({off50} to {on50} ms at p50)", L10, PROLOGUE, PROLOGUE_SHOWN,
+    Figure(L10, "about a tenth of the prompt tokens were prefilled ({pf_on} of {pf_off}). The first token came about "
+           "{x} times sooner ({off50} to {on50} ms at p50)", L10, PROLOGUE, PROLOGUE_SHOWN,
            {"x": lambda g: round(g["off50"] / g["on50"], -1)}),
     Figure(L10, "Shared blocks are held once: {on} requests ran where {off} did, and 48 were served about {x}x sooner",
            L10, CROWD, CROWD_SHOWN, {"x": lambda g: g["off_s"] / g["on_s"]}),

@@ -44,13 +44,20 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no .ipynb files"
 
 
-def runs_your_task(cell: dict) -> bool:
-    return "course.attempt(" in source(cell)
+def tasks_run(cells: list[dict]) -> list[bool]:
+    """For each code cell, whether it runs a task of yours: it calls course.attempt, or a function that a cell
+    calling course.attempt defines."""
+    helpers = {name for c in cells if "course.attempt(" in source(c)
+               for name in re.findall(r"^def (\w+)\(", source(c), flags=re.M)}
+    return [any(re.search(rf"(?<![\w.]){re.escape(call)}\(", source(c)) for call in ["course.attempt", *helpers])
+            for c in cells]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_code_cell_was_run_and_stored(path: Path):
-    missing = [i for i, c in enumerate(code_cells(path)) if c.get("execution_count") is None and not runs_your_task(c)]
+    cells = code_cells(path)
+    missing = [i for i, (c, yours) in enumerate(zip(cells, tasks_run(cells)))
+               if c.get("execution_count") is None and not yours]
     assert not missing, (f"{path.name}: code cells {missing} have no stored outputs; store them with "
                          f"`python tools/check_notebooks.py --write notebooks/{path.name}`")
 
@@ -58,7 +65,7 @@ def test_every_code_cell_was_run_and_stored(path: Path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_a_cell_that_runs_your_task_stores_no_answer(path: Path):
     cells = code_cells(path)
-    untagged = [i for i, c in enumerate(cells) if runs_your_task(c)
+    untagged = [i for i, (c, yours) in enumerate(zip(cells, tasks_run(cells))) if yours
                 and not {YOURS, "nbval-ignore-output"} <= set(c.get("metadata", {}).get("tags", []))]
     stored = [i for i, c in enumerate(cells) if YOURS in c.get("metadata", {}).get("tags", []) and c.get("outputs")]
     assert not untagged, (f"{path.name}: code cells {untagged} run a task of yours but are not tagged "
@@ -78,9 +85,10 @@ def test_no_stored_errors(path: Path):
 def test_machine_dependent_cells_are_ignored_by_nbval(path: Path):
     """A cell that prints a time or a version, or shows a widget, must not be compared by nbval."""
     bad = []
-    for i, cell in enumerate(code_cells(path)):
+    cells = code_cells(path)
+    for i, (cell, yours) in enumerate(zip(cells, tasks_run(cells))):
         text = source(cell)
-        if text.lstrip().startswith(IGNORE) or runs_your_task(cell):
+        if text.lstrip().startswith(IGNORE) or yours:
             continue
         lines = text.splitlines()
         shown = [line for line in lines if "print(" in line] + lines[-1:]   # printed, or the cell's value
@@ -120,10 +128,11 @@ def test_structure(path: Path):
 def test_exercises_name_their_check_command(path: Path):
     cells = json.loads(path.read_text())["cells"]
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    from minicb.course import TASKS
+
     for module, symbol in re.findall(r"exercises/(lesson\d\d_\w+)\.py::([\w.]+)", text):
-        lesson = module[len("lesson"):len("lesson") + 2]
-        assert re.search(rf"pytest tests/exercises -k lesson{lesson}_task\d", text), \
-            f"{path.name}: exercise {module}.{symbol} without its check command"
+        commands = [t.command for t in TASKS if t.module == module]   # lesson 02's plan_step grows in 04, 06, 07
+        assert any(c in text for c in commands), f"{path.name}: exercise {module}.{symbol} without its check command"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -137,3 +146,80 @@ def test_every_your_turn_has_a_folded_answer_key(path: Path):
             assert key["cell_type"] == "markdown" and source(key).startswith(
                 "<details><summary>What you should see"), f"{path.name}, cell {i}: its Your turn has no answer key"
             assert not any(t.startswith("answer:") for t in key.get("metadata", {}).get("tags", [])), path.name
+
+
+# Prose a learner reads in lessons 00-10: every whitespace word of every markdown cell, as the cap counts them.
+# Appendix notebooks (their file names say "appendix") hold optional depth and are counted apart.
+MAX_LESSON_WORDS = 21_500
+MAX_MEAN_SENTENCE = 20
+LESSONS = [p for p in NOTEBOOKS if "appendix" not in p.name]
+_UNIT = re.compile(r"^\s*(#+|[-*]|\d+\.|>)\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[)*\"'`]*\s+(?=[A-Z`(*\"'\d])")
+
+
+def sentences(markdown: str) -> list[str]:
+    """The sentences of paragraphs and list items, wrapped lines joined; headings, tables and code are left out."""
+    markdown = re.sub(r"```.*?```|<[^>]+>", " ", markdown, flags=re.S)
+    paragraphs, current = [], []
+    for line in markdown.splitlines() + [""]:
+        starts_unit = not line.strip() or line.lstrip().startswith("|") or _UNIT.match(line)
+        if starts_unit and current:
+            paragraphs.append(" ".join(current))
+            current = []
+        if line.strip() and not line.lstrip().startswith(("|", "#")):
+            current.append(_UNIT.sub("", line).strip())
+    return [s for p in paragraphs for s in _SENTENCE_END.split(p) if s.split()]
+
+
+def prose(path: Path) -> list[str]:
+    return [source(c) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+
+
+def test_the_lessons_prose_fits_its_budget():
+    words = {p.stem: sum(len(cell.split()) for cell in prose(p)) for p in LESSONS}
+    assert sum(words.values()) <= MAX_LESSON_WORDS, (
+        f"lessons 00-10 hold {sum(words.values()):,} words of markdown, over {MAX_LESSON_WORDS:,}: {words}. Cut words, "
+        "or move optional depth to an appendix notebook")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_sentences_are_short_on_average(path: Path):
+    lengths = [len(s.split()) for cell in prose(path) for s in sentences(cell)]
+    longest = sorted((s for cell in prose(path) for s in sentences(cell)), key=lambda s: -len(s.split()))[:3]
+    assert sum(lengths) / len(lengths) <= MAX_MEAN_SENTENCE, (
+        f"{path.name}: sentences average {sum(lengths) / len(lengths):.1f} words, over {MAX_MEAN_SENTENCE}; "
+        f"split the longest: {longest}")
+
+
+# Each glossary entry names the lesson that teaches its term: the first "Lesson NN" it mentions.
+GLOSSARY = Path(__file__).resolve().parent.parent / "docs" / "GLOSSARY.md"
+FORWARD = "forward"   # a markdown cell tagged so points ahead on purpose: it may name terms of later lessons
+
+
+def glossary_terms() -> dict[str, str]:
+    """Each term (and alias) of docs/GLOSSARY.md, lower case, with the lesson that teaches it ("00" .. "10", "06b")."""
+    terms = {}
+    for entry in re.split(r"\n(?=\*\*)", GLOSSARY.read_text().split("\n---\n", 1)[1].strip()):
+        heading = re.match(r"\*\*(.+?)\.?\*\*(?: \((?:also )?\*?([^)*]+)\*?\))?", entry.strip())
+        taught = re.search(r"\b[Ll]essons?\s+(\d\db?)\b", entry)
+        assert heading and taught, f"docs/GLOSSARY.md: this entry names no lesson that teaches it: {entry[:80]!r}"
+        names = heading.group(1).split(" / ") + ([heading.group(2)] if heading.group(2) else [])
+        terms.update({name.strip().lower(): taught.group(1) for name in names})
+    return terms
+
+
+def test_a_lesson_uses_no_term_before_the_lesson_that_teaches_it():
+    terms = glossary_terms()
+    early = []
+    for path in NOTEBOOKS:
+        lesson = path.stem.split("_")[0]
+        cells = [c for c in json.loads(path.read_text())["cells"]
+                 if c["cell_type"] == "markdown" and FORWARD not in c.get("metadata", {}).get("tags", [])]
+        text = re.sub(r"`[^`]*`|\]\([^)]*\)|<[^>]+>|\*\*Next:\*\*.*", " ", "\n".join(source(c) for c in cells))
+        for term, taught in terms.items():
+            # A use that names its later lesson points ahead: "lesson 06's swap pool", "preemption (lesson 06)".
+            use = rf"(?<!lesson \d\d's )(?<!lesson \d\db's )\b{re.escape(term)}(s|es)?\b(?!\**,? \(?lesson \d)"
+            if taught > lesson and re.search(use, text, flags=re.I):
+                early.append(f"{path.stem} uses '{term}' (taught in lesson {taught})")
+    assert not early, ("terms used before the lesson that teaches them (teach the term here, say it another way, or tag "
+                       f"the cell '{FORWARD}' if it points ahead on purpose):\n" + "\n".join(early))

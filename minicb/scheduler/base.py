@@ -1,5 +1,5 @@
 """SchedulerBase: what both schedulers share: the waiting queue, admission control, aborts and the KV pool.
-Lesson 07 sets the admission limits (max_waiting, max_queue_delay_s)."""
+Lesson 07b sets the admission limits (max_waiting, max_queue_delay_s)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

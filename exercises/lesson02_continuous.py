@@ -14,7 +14,7 @@ from minicb.scheduler.plan import StepPlan, StepState
 
 def plan_step(state: StepState) -> StepPlan:
     """Decide the step: how many tokens each running request runs (runs), and which requests of the line start,
-    with how many tokens (starts). Leave victims empty: nobody gives way before lesson 06.
+    with how many tokens (starts): return StepPlan(runs, starts).
 
     What it may read: state.running (the running requests, in the order they run), state.line (who waits, first
     come first), state.free_seats, state.token_budget (the most tokens one step may run), and

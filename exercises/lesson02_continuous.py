@@ -25,8 +25,13 @@ def plan_step(state: StepState) -> StepPlan:
       One exception: a prompt longer than the whole budget runs alone in a step that runs nothing else, or it
       would never run;
     - runs: the running requests go first: each runs its next token, in their order, while the budget lasts;
-    - starts: a newcomer runs its whole prompt. First come, first served: the requests that start are the
-      first of state.line, as many as the seats and the budget left take; nobody starts after one that cannot.
+    - starts: a newcomer runs its whole prompt. First come, first served: the first of state.line start, as
+      many as the seats and the budget left take. A request that can start is never passed over.
+    Your decision: when one in the line cannot start (the budget left is too small for its prompt), may later,
+    shorter ones start past it? They fill the step. But each becomes a decode that takes budget in later steps,
+    so the one passed over may wait much longer. The tests run your plan on workloads you have not seen: no
+    request may get its first token more than minicb.course.contracts.MAX_DELAY_STEPS (20) steps later than first come, first served
+    gives it (the reference never lets anyone pass).
     """
     raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who runs and who starts. "
                               "Check it with: pytest tests/exercises -k lesson02_task1")

@@ -13,8 +13,8 @@ Task 3  plan_step, grown: edit yours in exercises/lesson02_continuous.py
         state.blocks_to_grow(request_id, n) is what a running request needs for n more tokens, and
         state.blocks_to_start(request_id, n) what a newcomer needs for its first n. The running requests'
         new blocks come first (in this lesson's tests they always fit). Then the newcomers start, first come,
-        first served, as many as the seats, the budget and the blocks left take; nobody starts after one
-        that cannot. Lesson 02's rules still hold.
+        first served, as many as the seats, the budget and the blocks left take. Lesson 02's rules still
+        hold, your choice among them: one that cannot start (now also for want of blocks) may be passed over.
 
 The engine builds its BlockManager (minicb/kv/block_manager.py) over your class: the BlockManager
 decides how much to reserve, does the swapping of lesson 06 and the prefix sharing of lesson 10 on

@@ -24,6 +24,9 @@ GROWN_BY = {4: "keep to the pool: a newcomer starts only while the free blocks h
                "requests' new blocks",
             6: "make room: when the running requests' next tokens do not fit the pool, some give way",
             7: "cut prompts into chunks, and serve the budget in state.order"}
+MAX_DELAY_STEPS = 20   # lesson 02: passing over a request may delay its first token by at most this many steps
+PASSING = ("Whether a later request may start past one that cannot is your choice (lesson 02); one that can start is "
+           "never passed over")
 PLAN_RULES = {   # the whole contract, from lesson 07 on (exercises/lesson07_slo.py states it)
     "victims": "as few victims as the pool needs: nobody gives way while the running requests' next tokens fit the "
                "pool, and each victim is state.choose_victim's pick among the running requests still in",
@@ -31,7 +34,7 @@ PLAN_RULES = {   # the whole contract, from lesson 07 on (exercises/lesson07_slo
             "it; the budget serves decode_first's running requests in order before anyone starts, and "
             "prefill_first's running prompts, then its newcomers, before its running decodes",
     "starts": "first come, first served: the first of state.line start, each with its chunk, as many as the seats, "
-              "the budget and the pool take; nobody starts after one that cannot, or in a step where someone gave way",
+              f"the budget and the pool take. {PASSING}; nobody starts in a step where someone gave way",
 }
 
 
@@ -45,8 +48,8 @@ def rule(name: str, lesson: int) -> str:
     limits = "the free seats, the token budget and the pool (after the running requests' new blocks)" if lesson >= 4 \
         else "the free seats and the token budget"
     return (f"first come, first served: the first of state.line start, each with its whole prompt, as many as {limits} "
-            f"take (a prompt longer than the whole budget runs alone); nobody starts after one that cannot"
-            f"{', or in a step where someone gave way' if lesson >= 6 else ''}")
+            f"take (a prompt longer than the whole budget runs alone). {PASSING}"
+            f"{'; nobody starts in a step where someone gave way' if lesson >= 6 else ''}")
 
 
 def lesson_02_view(state: StepState) -> StepState:
@@ -105,8 +108,8 @@ def check_plan(state: StepState, plan: object, expected: StepPlan | None = None)
                         f"{described(state)}")
     if both := set(plan.runs) & set(plan.victims):
         raise PlanError(f"{sorted(both)} both run and give way: a victim gets no tokens this step")
-    expected = expected or plan_step(state)
-    lesson = lesson_needed(state, expected) if plan != expected else 7
+    passed_state, expected = first_come_first_served(state, plan, expected or plan_step(state))
+    lesson = lesson_needed(passed_state, expected) if plan != expected else 7
     grown = f"This step needs what lesson {lesson:02d} adds: {GROWN_BY[lesson]}. " if lesson > 2 else ""
     # In the order the step gives out its budget, so that the first difference is named, not what follows from it.
     first = {r.request_id for r in state.running
@@ -120,16 +123,36 @@ def check_plan(state: StepState, plan: object, expected: StepPlan | None = None)
                             f"({described(state, lesson)}), the plan has {name}={got}, the contract gives {want}")
 
 
+def first_come_first_served(state: StepState, plan: StepPlan, expected: StepPlan) -> tuple[StepState, StepPlan]:
+    """The state whose line holds only the requests `plan` starts, and minicb's plan for it, when the plan may choose
+    them: it starts everyone minicb's plan starts, and passes over only requests that could not start after the ones
+    it started before them. Else the state, and the plan (minicb's, or one that starts a request passed over) whose
+    starts show the rule broken."""
+    if not set(expected.starts) <= set(plan.starts):
+        return state, expected
+    started = tuple(r for r in state.line if r.request_id in plan.starts)
+    for i, view in enumerate(state.line[:state.line.index(started[-1])] if started else ()):
+        if view.request_id not in plan.starts:
+            before = replace(state, line=tuple(r for r in state.line[:i] if r.request_id in plan.starts) + (view,))
+            if view.request_id in (could := plan_step(before)).starts:
+                return before, could
+    chosen = replace(state, line=started)
+    return chosen, plan_step(chosen)
+
+
 def plan_to_run(state: StepState, plan: object, reached: int) -> tuple[StepPlan, int]:
     """The plan the engine applies, and 0, when `plan` meets the contract or breaks a rule of a lesson up to
     `reached` (then PlanError); minicb's plan and the lesson that teaches the rule, when the step needs a later one."""
     expected = plan_step(state)
     if plan == expected:
         return expected, 0
-    if isinstance(plan, StepPlan) and (needed := lesson_needed(state, expected)) > reached:
-        return expected, needed
-    check_plan(state, plan, expected)
-    return plan, 0   # equal to expected in every rule, though not as an object (a dict subclass, say)
+    try:
+        check_plan(state, plan, expected)
+    except PlanError:
+        if isinstance(plan, StepPlan) and (needed := lesson_needed(state, expected)) > reached:
+            return expected, needed
+        raise
+    return plan, 0
 
 
 def may_give_way(running: Sequence[RequestView]) -> list[RequestView]:

@@ -9,6 +9,7 @@ them is reading the answer key, and tuning on them passes the check without doin
 from __future__ import annotations
 
 # Lesson 04 task 2: the pool sizing problem's workloads (minicb.course.pool_sizing).
+PASSING_OVER = (101, 102, 103)   # lesson 02: bursts where passing someone over may delay them
 POOL_SIZING = (101, 102, 103, 104, 105)
 
 # Lesson 06 task 2: the victim policy's bursts (minicb.course.victims).

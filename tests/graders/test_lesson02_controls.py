@@ -4,41 +4,49 @@ wrong, but for lesson_02_plan, a right plan written with lesson 02's rules alone
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from _pytest.outcomes import Failed
-from test_lesson02_continuous import check_the_contract, check_the_engine_runs_yours
+from test_lesson02_continuous import check_nobody_waits_much_longer, check_the_contract, check_the_engine_runs_yours
 
 from minicb.scheduler.plan import StepPlan, StepState, plan_step
 
 
-def lesson_02_plan(state: StepState) -> StepPlan:
-    """A learner's plan after lesson 02: running decodes first, then whole prompts, first come, first served."""
+def lesson_02_plan(state: StepState, passing: str = "never") -> StepPlan:
+    """A learner's plan after lesson 02: running decodes first, then whole prompts, first come, first served. passing:
+    whom it lets start past a request that cannot: "never"; "always" (whoever fits); "safe" (only while the budget
+    left after next step's decodes would still hold the request passed over)."""
     runs, starts, budget = {}, {}, state.token_budget
     for req in state.running:
         if budget >= 1:
             runs[req.request_id] = 1
             budget -= 1
-    for req in state.line[:state.free_seats]:
+    passed = 0   # the prompt of the first request that could not start
+    for req in state.line:
         n = state.uncomputed(req.request_id)
-        if n > budget and (runs or starts):
+        fits = n <= budget or not (runs or starts)
+        decodes_next = len(state.running) + len(starts) + 1
+        if len(starts) == state.free_seats or not fits and passing == "never" \
+                or passing == "safe" and passed and state.token_budget - decodes_next < passed:
             break
-        starts[req.request_id] = n
-        budget -= n
+        if fits:
+            starts[req.request_id] = n
+            budget -= n
+        passed = passed or (0 if fits else n)
     return StepPlan(runs, starts)
 
 
-def jumps_the_line(state: StepState) -> StepPlan:
-    """After the first of the line that does not fit, starts a later one that does."""
+def passes_over_one_that_could_start(state: StepState) -> StepPlan:
+    """Starts a later request in place of the last one first come, first served starts."""
     plan = plan_step(state)
-    if plan.victims:
+    if not plan.starts or plan.victims:
         return plan
-    used = sum(state.blocks_to_start(r, n) for r, n in plan.starts.items())
-    budget = state.token_budget - sum(plan.runs.values()) - sum(plan.starts.values())
-    for req in state.line[len(plan.starts) + 1:state.free_seats]:
-        n = state.chunk(req.request_id, budget, False)
-        if n and used + state.blocks_to_start(req.request_id, n) <= state.free_blocks - 1:
-            return replace(plan, starts={**plan.starts, req.request_id: n})
+    *kept, (last, _) = plan.starts.items()
+    for req in state.line[len(plan.starts):]:
+        n = state.uncomputed(req.request_id)
+        if n <= plan.starts[last]:
+            return replace(plan, starts={**dict(kept), req.request_id: n})
     return plan
 
 
@@ -114,7 +122,7 @@ def one_token_once_it_has_output(state: StepState) -> StepPlan:
 
 @pytest.mark.parametrize("wrong, lesson, order, rule", [
     (runs_in_serving_order, 2, "decode_first", "rule 'runs'"),
-    (jumps_the_line, 2, "decode_first", "rule 'starts'"),
+    (passes_over_one_that_could_start, 2, "decode_first", "rule 'starts'"),
     # Too many tokens for the later requests: a running one or a newcomer gets more than the budget left.
     (asks_chunk_with_the_whole_budget, 2, "decode_first", "rule '(runs|starts)'"),
     (ignores_the_pool, 4, "decode_first", "rule 'starts'"),
@@ -140,6 +148,20 @@ def test_a_lesson_02_plan_passes_lesson_02_alone(lesson):
     else:
         with pytest.raises(AssertionError, match=r"This step needs what lesson 0[4-7] adds"):
             check_the_contract(lesson_02_plan, lesson, "prefill_first" if lesson == 7 else "decode_first")
+
+
+@pytest.mark.parametrize("passing", ["never", "always", "safe"])
+def test_passing_over_is_the_learners_choice(passing):
+    check_the_contract(partial(lesson_02_plan, passing=passing), 2)
+
+
+def test_passing_over_whoever_fits_fails_on_the_delay():
+    with pytest.raises(AssertionError, match="rule 'delay': passing a request over may delay its first token"):
+        check_nobody_waits_much_longer(partial(lesson_02_plan, passing="always"))
+
+
+def test_passing_over_with_care_keeps_the_delay():
+    check_nobody_waits_much_longer(partial(lesson_02_plan, passing="safe"))
 
 
 def test_the_engine_runs_minicbs_plan_where_yours_has_not_grown_saying_so(capsys):

@@ -171,8 +171,14 @@ def sentences(markdown: str) -> list[str]:
     return [s for p in paragraphs for s in _SENTENCE_END.split(p) if s.split()]
 
 
-def prose(path: Path) -> list[str]:
-    return [source(c) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+CHECK_YOURSELF = "check-yourself"   # a lesson's closing questions and their model answers: the learner's work, counted apart
+MAX_CHECK_YOURSELF_WORDS = 400
+
+
+def prose(path: Path, check_yourself: bool = False) -> list[str]:
+    """The markdown a learner reads in the lesson (or, check_yourself=True, its closing questions and answers)."""
+    return [source(c) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"
+            and (CHECK_YOURSELF in c.get("metadata", {}).get("tags", [])) == check_yourself]
 
 
 def test_the_lessons_prose_fits_its_budget():
@@ -184,8 +190,9 @@ def test_the_lessons_prose_fits_its_budget():
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_sentences_are_short_on_average(path: Path):
-    lengths = [len(s.split()) for cell in prose(path) for s in sentences(cell)]
-    longest = sorted((s for cell in prose(path) for s in sentences(cell)), key=lambda s: -len(s.split()))[:3]
+    cells = prose(path) + prose(path, check_yourself=True)
+    lengths = [len(s.split()) for cell in cells for s in sentences(cell)]
+    longest = sorted((s for cell in cells for s in sentences(cell)), key=lambda s: -len(s.split()))[:3]
     assert sum(lengths) / len(lengths) <= MAX_MEAN_SENTENCE, (
         f"{path.name}: sentences average {sum(lengths) / len(lengths):.1f} words, over {MAX_MEAN_SENTENCE}; "
         f"split the longest: {longest}")
@@ -223,3 +230,29 @@ def test_a_lesson_uses_no_term_before_the_lesson_that_teaches_it():
                 early.append(f"{path.stem} uses '{term}' (taught in lesson {taught})")
     assert not early, ("terms used before the lesson that teaches them (teach the term here, say it another way, or tag "
                        f"the cell '{FORWARD}' if it points ahead on purpose):\n" + "\n".join(early))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_lesson_ends_with_questions_to_answer_in_your_own_words(path: Path):
+    """Before "What to remember": 3-6 open questions, a cell for the learner's answers, then the model answers,
+    folded, one per question. Every number a model answer quotes is one the lesson shows (an output or its text)."""
+    cells = json.loads(path.read_text())["cells"]
+    tagged = [i for i, c in enumerate(cells) if CHECK_YOURSELF in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 3 and tagged == list(range(tagged[0], tagged[0] + 3)), (
+        f"{path.name}: three consecutive markdown cells tagged '{CHECK_YOURSELF}': the questions, your answers, the "
+        f"model answers (found {tagged})")
+    questions, answers, model = (source(cells[i]) for i in tagged)
+    remember = next(i for i, c in enumerate(cells) if "## What to remember" in source(c))
+    assert questions.startswith("## Check yourself") and tagged[-1] < remember, path.name
+    numbered = [len(re.findall(r"^\d+\. ", text, flags=re.M)) for text in (questions, answers, model)]
+    assert 3 <= numbered[0] <= 6 and len(set(numbered)) == 1, f"{path.name}: questions, answer slots, model answers: {numbered}"
+    assert model.startswith("<details>") and model.rstrip().endswith("</details>"), f"{path.name}: fold the model answers"
+    shown = " ".join(source(c) for i, c in enumerate(cells) if i not in tagged) + " ".join(
+        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+        for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+    shown = shown.replace(",", "")
+    typed = [n for n in re.findall(r"(?<![\w.])\d[\d,]*\.?\d*(?![\w])", re.sub(r"^\d+\. ", "", model, flags=re.M))
+             if n.replace(",", "").rstrip(".") not in shown]
+    assert not typed, f"{path.name}: model answers quote numbers the lesson never shows: {typed}"
+    words = sum(len(text.split()) for text in prose(path, check_yourself=True))
+    assert words <= MAX_CHECK_YOURSELF_WORDS, f"{path.name}: Check yourself holds {words} words, over {MAX_CHECK_YOURSELF_WORDS}"

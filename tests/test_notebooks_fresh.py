@@ -12,7 +12,11 @@ the stored ones. These tests check the stored files those runs and GitHub reader
   (but lesson 00), a "**Next:**" line, and links only to notebooks that exist;
 - every exercise a lesson names (`exercises/lessonNN_topic.py::symbol`) comes with its check command;
 - every "Your turn" is followed by its folded answer key;
-- no markdown cell runs past 250 words, tables and diagrams included.
+- no markdown cell runs past 250 words, tables and diagrams included;
+- lessons 00-10 hold at most 21,500 words of markdown (appendices and "Check yourself" apart), and each lesson's
+  sentences average at most 20 words;
+- no lesson uses a glossary term before the lesson that teaches it;
+- every lesson ends with "Check yourself": open questions, a cell for the learner's answers, folded model answers.
 """
 from __future__ import annotations
 
@@ -171,7 +175,7 @@ def sentences(markdown: str) -> list[str]:
     return [s for p in paragraphs for s in _SENTENCE_END.split(p) if s.split()]
 
 
-CHECK_YOURSELF = "check-yourself"   # a lesson's closing questions and their model answers: the learner's work, counted apart
+CHECK_YOURSELF = "check-yourself"   # a lesson's closing questions and model answers: the learner's work, counted apart
 MAX_CHECK_YOURSELF_WORDS = 400
 
 
@@ -204,7 +208,7 @@ FORWARD = "forward"   # a markdown cell tagged so points ahead on purpose: it ma
 
 
 def glossary_terms() -> dict[str, str]:
-    """Each term (and alias) of docs/GLOSSARY.md, lower case, with the lesson that teaches it ("00" .. "10", "06b")."""
+    """Each term (and alias) of docs/GLOSSARY.md, lower case, with the lesson that teaches it ("00" to "10", "06b")."""
     terms = {}
     for entry in re.split(r"\n(?=\*\*)", GLOSSARY.read_text().split("\n---\n", 1)[1].strip()):
         heading = re.match(r"\*\*(.+?)\.?\*\*(?: \((?:also )?\*?([^)*]+)\*?\))?", entry.strip())
@@ -228,8 +232,8 @@ def test_a_lesson_uses_no_term_before_the_lesson_that_teaches_it():
             use = rf"(?<!lesson \d\d's )(?<!lesson \d\db's )\b{re.escape(term)}(s|es)?\b(?!\**,? \(?lesson \d)"
             if taught > lesson and re.search(use, text, flags=re.I):
                 early.append(f"{path.stem} uses '{term}' (taught in lesson {taught})")
-    assert not early, ("terms used before the lesson that teaches them (teach the term here, say it another way, or tag "
-                       f"the cell '{FORWARD}' if it points ahead on purpose):\n" + "\n".join(early))
+    assert not early, ("terms used before the lesson that teaches them (teach the term here, say it another way, or "
+                       f"tag the cell '{FORWARD}' if it points ahead on purpose):\n" + "\n".join(early))
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -245,8 +249,9 @@ def test_a_lesson_ends_with_questions_to_answer_in_your_own_words(path: Path):
     remember = next(i for i, c in enumerate(cells) if "## What to remember" in source(c))
     assert questions.startswith("## Check yourself") and tagged[-1] < remember, path.name
     numbered = [len(re.findall(r"^\d+\. ", text, flags=re.M)) for text in (questions, answers, model)]
-    assert 3 <= numbered[0] <= 6 and len(set(numbered)) == 1, f"{path.name}: questions, answer slots, model answers: {numbered}"
-    assert model.startswith("<details>") and model.rstrip().endswith("</details>"), f"{path.name}: fold the model answers"
+    assert 3 <= numbered[0] <= 6 and len(set(numbered)) == 1, (
+        f"{path.name}: as many answer slots and model answers as questions (3 to 6): {numbered}")
+    assert model.startswith("<details>") and model.rstrip().endswith("</details>"), f"{path.name}: fold the answers"
     shown = " ".join(source(c) for i, c in enumerate(cells) if i not in tagged) + " ".join(
         "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
         for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
@@ -255,4 +260,5 @@ def test_a_lesson_ends_with_questions_to_answer_in_your_own_words(path: Path):
              if n.replace(",", "").rstrip(".") not in shown]
     assert not typed, f"{path.name}: model answers quote numbers the lesson never shows: {typed}"
     words = sum(len(text.split()) for text in prose(path, check_yourself=True))
-    assert words <= MAX_CHECK_YOURSELF_WORDS, f"{path.name}: Check yourself holds {words} words, over {MAX_CHECK_YOURSELF_WORDS}"
+    assert words <= MAX_CHECK_YOURSELF_WORDS, (
+        f"{path.name}: Check yourself holds {words} words, over {MAX_CHECK_YOURSELF_WORDS}")

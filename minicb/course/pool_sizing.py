@@ -74,8 +74,8 @@ class PoolReport:
 
     def __str__(self) -> str:
         return (f"{self.num_blocks} blocks of {self.block_size} ({self.slots:,} slots): {self.waste:.0%} of the held "
-                f"slots empty, block overhead {self.block_overhead:.0%}, {self.preemptions} preemptions for {self.requests} requests, peak {self.peak_slots:,} "
-                "slots held")
+                f"slots empty, block overhead {self.block_overhead:.0%}, {self.preemptions} preemptions for "
+                f"{self.requests} requests, peak {self.peak_slots:,} slots held")
 
 
 def answer_error(answer: object, problem: PoolProblem = PoolProblem()) -> str | None:

@@ -14,8 +14,8 @@ import held_out
 from grading import reference_lesson
 
 from minicb import course
-from minicb.course.pool_sizing import (BLOCK_OVERHEAD_TOKENS, MAX_BLOCK_OVERHEAD, MAX_PREEMPTIONS_PER_REQUEST, MAX_WASTE,
-                                       MEMORY_SHARE, PoolProblem, PoolReport, answer_error, block_overhead,
+from minicb.course.pool_sizing import (BLOCK_OVERHEAD_TOKENS, MAX_BLOCK_OVERHEAD, MAX_PREEMPTIONS_PER_REQUEST,
+                                       MAX_WASTE, MEMORY_SHARE, PoolProblem, PoolReport, answer_error, block_overhead,
                                        preemptions_per_request, run_pool, total_waste)
 
 mine = course.lesson("lesson04_paged_kv")
@@ -67,7 +67,7 @@ def check_little_block_overhead(answer: object) -> float:
     assert overhead <= MAX_BLOCK_OVERHEAD, (
         f"rule 5: reading the blocks may add at most {MAX_BLOCK_OVERHEAD:.0%} to the cost of reading the tokens (a "
         f"block costs about {BLOCK_OVERHEAD_TOKENS} tokens' reading); with blocks of {block_size} tokens it added "
-        f"{overhead:.0%} over the {len(held_out.POOL_SIZING)} unseen workloads: small blocks mean many blocks per token")
+        f"{overhead:.0%} over the {len(held_out.POOL_SIZING)} unseen workloads: small blocks, many blocks per token")
     return overhead
 
 

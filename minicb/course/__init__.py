@@ -82,7 +82,10 @@ class Task:
 
     @property
     def name(self) -> str:
-        """What the task writes, in a word: its class when every function is one class's method, else its functions."""
+        """What the task writes, in a word: its class when every function is one class's method, else its functions;
+        where it grows another lesson's function, that function and its file."""
+        if self.grows:
+            return f"{self.symbol} in {self.module}.py"
         owners = {s.split(".")[0] for s in self.symbols if "." in s}
         if len(owners) == 1 and all("." in s for s in self.symbols):
             return owners.pop()

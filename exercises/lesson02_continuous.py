@@ -30,8 +30,9 @@ def plan_step(state: StepState) -> StepPlan:
     Your decision: when one in the line cannot start (the budget left is too small for its prompt), may later,
     shorter ones start past it? They fill the step. But each becomes a decode that takes budget in later steps,
     so the one passed over may wait much longer. The tests run your plan on workloads you have not seen: no
-    request may get its first token more than minicb.course.contracts.MAX_DELAY_STEPS (20) steps later than
-    first come, first served gives it (the reference never lets anyone pass).
+    request may get its first token more than minicb.course.passing.MAX_DELAY_STEPS (20) steps later than
+    first come, first served gives it (the reference never lets anyone pass). Try yours on practice bursts:
+    minicb.course.passing.compare(plan_step).
     """
     raise NotImplementedError("Lesson 02, task 1: plan_step: the step's plan, who runs and who starts. "
                               "Check it with: pytest tests/exercises -k lesson02_task1")

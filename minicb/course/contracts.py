@@ -24,7 +24,6 @@ GROWN_BY = {4: "keep to the pool: a newcomer starts only while the free blocks h
                "requests' new blocks",
             6: "make room: when the running requests' next tokens do not fit the pool, some give way",
             7: "cut prompts into chunks, and serve the budget in state.order"}
-MAX_DELAY_STEPS = 20   # lesson 02: passing over a request may delay its first token by at most this many steps
 PASSING = ("Whether a later request may start past one that cannot is your choice (lesson 02); one that can start is "
            "never passed over")
 PLAN_RULES = {   # the whole contract, from lesson 07 on (exercises/lesson07_slo.py states it)

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import random
-
 import held_out
 from grading import answer, contract_test, decisions, obeying, require, run_both, simulated_engine
 from hypothesis import assume
@@ -16,7 +14,8 @@ from hypothesis import strategies as st
 from minicb import course
 from minicb.parts import EngineParts
 from minicb.sampling import SamplingParams
-from minicb.course.contracts import MAX_DELAY_STEPS, PlanError, check_plan, lesson_needed
+from minicb.course.contracts import PlanError, check_plan, lesson_needed
+from minicb.course.passing import BURST, MAX_DELAY_STEPS, burst, first_token_steps
 from minicb.scheduler.plan import StepState
 from minicb.scheduler.plan import plan_step as minicbs_plan
 from minicb.scheduler.preemption import choose_victim
@@ -143,28 +142,10 @@ def check_the_engine_runs_yours(plan_step, name: str, lesson: int = 7):
     assert any(decisions(reference, exercised)), f"the {name} workload must exercise {exercised}"
 
 
-# A burst at a tight budget: mostly short prompts, some of 12 tokens that often do not fit what the decodes leave.
-PASSING_CONFIG = dict(max_num_seqs=8, num_blocks=512, block_size=4, max_model_len=128, max_num_batched_tokens=16)
-
-
-def passing_workload(seed: int) -> list[tuple[int, int, int]]:
-    rng = random.Random(seed)
-    return [(rng.choice([2, 3, 4, 5, 12]), rng.randint(4, 40), 0) for _ in range(40)]
-
-
-def first_token_steps(engine) -> dict[str, int]:
-    """The step in which each request starts: with whole prompts, the step of its first token."""
-    steps: dict[str, int] = {}
-    for i, started in enumerate(decisions(engine, "admitted")):
-        for request_id in started:
-            steps.setdefault(request_id, i)
-    return steps
-
-
 def check_nobody_waits_much_longer(plan_step, seeds=held_out.PASSING_OVER):
     for seed in seeds:
         yours, reference = obeying("the engine runs your plan", lambda: run_both(
-            EngineParts(plan_step=plan_step), passing_workload(seed), reached=2, **PASSING_CONFIG))
+            EngineParts(plan_step=plan_step), [(n, m, 0) for n, m in burst(seed)], reached=2, **BURST))
         mine, fcfs = first_token_steps(yours), first_token_steps(reference)
         worst = max(fcfs, key=lambda r: mine[r] - fcfs[r])
         require(mine[worst] - fcfs[worst] <= MAX_DELAY_STEPS,

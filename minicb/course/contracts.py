@@ -127,8 +127,8 @@ def first_come_first_served(state: StepState, plan: StepPlan, expected: StepPlan
     them: it starts everyone minicb's plan starts, and passes over only requests that could not start after the ones
     it started before them. Else the state, and the plan (minicb's, or one that starts a request passed over) whose
     starts show the rule broken."""
-    if not set(expected.starts) <= set(plan.starts):
-        return state, expected
+    if set(plan.starts) == set(expected.starts) or not set(expected.starts) <= set(plan.starts):
+        return state, expected   # nobody passed over, or someone who could start was left out
     started = tuple(r for r in state.line if r.request_id in plan.starts)
     for i, view in enumerate(state.line[:state.line.index(started[-1])] if started else ()):
         if view.request_id not in plan.starts:

@@ -24,12 +24,6 @@ def burst(seed: int) -> list[tuple[int, int]]:
     return [(rng.choice([2, 3, 4, 5, 12]), rng.randint(4, 40)) for _ in range(40)]
 
 
-def add_burst(engine: LLMEngine, seed: int) -> None:
-    for i, (n, max_tokens) in enumerate(burst(seed)):
-        engine.add_request(list(range(10, 10 + n)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                           request_id=f"r{i:02d}")
-
-
 def first_token_steps(engine: LLMEngine) -> dict[str, int]:
     """The step in which each request started: with whole prompts, the step of its first token."""
     steps: dict[str, int] = {}
@@ -42,7 +36,9 @@ def first_token_steps(engine: LLMEngine) -> dict[str, int]:
 def run_burst(plan_step: Callable[[StepState], StepPlan] | None, seed: int) -> LLMEngine:
     """The burst of `seed` on the simulator, planned by `plan_step` (None: minicb's, first come, first served)."""
     engine = LLMEngine(parts=checked(EngineParts(plan_step=plan_step) if plan_step else None, 2), **BURST)
-    add_burst(engine, seed)
+    for i, (n, max_tokens) in enumerate(burst(seed)):
+        engine.add_request(list(range(10, 10 + n)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                           request_id=f"r{i:02d}")
     while engine.has_unfinished_requests():
         engine.step()
     return engine

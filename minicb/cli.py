@@ -10,7 +10,7 @@ from typing import TextIO
 
 from minicb import course
 from minicb.config import add_cli_args, from_environment
-from minicb.course import progress
+from minicb.course import drill, progress
 from minicb.lab.workload import make_workload, run_workload
 from minicb.llm import LLM
 from minicb.model.fetch import REAL_MODELS, fetch
@@ -93,6 +93,7 @@ def show_progress(lessons: list[int] | None) -> int:
         print("error: exercises/ lives in a git checkout of minicb; run this from one", file=sys.stderr)
         return 2
     print(progress.render_predictions(course.REPO_ROOT, lessons))
+    print(drill.state(course.REPO_ROOT))
     # its pytest run records the tries: read them after it
     results = progress.check(course.REPO_ROOT, lessons)
     print(progress.render(results, progress.load(course.REPO_ROOT)))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minicb.course import predictions
-from minicb.course.predictions import PREDICTIONS, Prediction, answer_text, lesson_counts, predict, reveal
+from minicb.course.predictions import PREDICTIONS, Prediction, answer_text, lesson_counts, predict, record, reveal
 from minicb.course.progress import render_predictions
 from minicb.course.workspace import clean_notebook
 
@@ -100,12 +100,17 @@ def test_a_prediction_and_its_reveal_are_kept_and_counted(store, capsys):
     assert lesson_counts(json.loads(store.read_text()))["01"] == (3, 3, 2)
 
 
-def test_no_prediction_is_said_and_nothing_recorded(store, capsys):
+def test_no_prediction_is_said_and_only_the_measurement_kept(store, capsys):
     predict("01.padding_share", ...)
     assert "Not answered yet: replace ... with one of 'a', 'b', 'c'" in capsys.readouterr().out
     assert reveal("01.padding_share", 0.52) is None
     assert "no prediction" in capsys.readouterr().out
-    assert not store.exists()
+    assert json.loads(store.read_text()) == {"01.padding_share": {"measured": 0.52}}   # for lesson 11's rubric
+    assert lesson_counts(json.loads(store.read_text()))["01"] == (3, 0, 0)
+    record("02.fixed_step_gain", np.float64(1.0))
+    assert json.loads(store.read_text())["02.fixed_step_gain"] == {"measured": 1.0}
+    with pytest.raises(KeyError, match="no measured figure is named"):
+        record("02.heavy_step_gain", 2.5)
 
 
 @pytest.mark.parametrize("answer,fix", [("d", "one of 'a', 'b', 'c'"), (0.3, "one of 'a', 'b', 'c'")])

@@ -42,7 +42,7 @@ from typing import Any
 from minicb.course.checkout import REPO_ROOT, find_repo_root
 from minicb.course.contracts import checked
 from minicb.course.pool_rules import explaining
-from minicb.course.predictions import predict, reveal
+from minicb.course.predictions import predict, record, reveal
 from minicb.engine import LLMEngine
 from minicb.llm import LLM
 from minicb.parts import EngineParts

@@ -137,6 +137,22 @@ PREDICTIONS: dict[str, Prediction] = {
 }
 
 
+# Figures a lesson measures without asking for a prediction, which lesson 11's rubric quotes: key -> how it prints.
+MEASURED: dict[str, Prediction] = {
+    "02.fixed_step_gain": Prediction(unit="×"),
+    "03.padded_refill_share": Prediction(unit="%"),
+}
+
+
+def record(key: str, measured: float) -> None:
+    """Keep a figure the lesson measured (one of MEASURED), for lesson 11's rubric; it prints nothing."""
+    if key not in MEASURED:
+        raise KeyError(f"no measured figure is named {key!r}; the lessons' are {', '.join(MEASURED)}")
+    records = load()
+    records[key] = {"measured": measured.item() if hasattr(measured, "item") else measured}
+    save(records)
+
+
 def store_path() -> Path | None:
     """Where predictions are kept: MINICB_PREDICTIONS, or workspace/.predictions.json for a notebook that runs
     in the workspace; None elsewhere (they last as long as the kernel)."""
@@ -154,7 +170,8 @@ _session: dict[str, dict] = {}
 
 
 def load(path: Path | None = None) -> dict[str, dict]:
-    """key -> {"answer": ..., and once revealed "measured" and "right"}."""
+    """key -> {"answer": ..., and once revealed "measured" and "right"}; {"measured": ...} alone where the
+    learner made no prediction, or for a figure of MEASURED."""
     path = path or store_path()
     if path is None:
         return dict(_session)
@@ -199,7 +216,9 @@ def reveal(key: str, measured: float | str) -> bool | None:
         measured = prediction.outcome(measured)
     shown = prediction.describe(measured) if prediction.categorical else prediction.format(measured)
     records = load()
-    if key not in records:
+    if "answer" not in records.get(key, {}):   # still kept: lesson 11's rubric quotes what you measured
+        records[key] = {"measured": measured}
+        save(records)
         print(f"Measured: {shown}. You made no prediction for this one: next time, answer the "
               f"course.predict cell under the prompt first.")
         return None
@@ -246,5 +265,6 @@ def lesson_counts(records: dict[str, dict]) -> dict[str, tuple[int, int, int]]:
         lesson = key.split(".")[0]
         asked, made, right = counts.get(lesson, (0, 0, 0))
         record = records.get(key)
-        counts[lesson] = (asked + 1, made + (record is not None), right + bool(record and record.get("right")))
+        made_one = record is not None and "answer" in record
+        counts[lesson] = (asked + 1, made + made_one, right + bool(made_one and record.get("right")))
     return counts

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ZH = ROOT / "docs" / "zh-TW"
-LESSONS = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if "appendix" not in p.name]
+LESSONS = [p for p in sorted((ROOT / "notebooks").glob("[01]*.ipynb"))
+           if "appendix" not in p.name and not p.name.startswith("11_")]   # lesson 11: its own test below
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
 
@@ -91,3 +92,28 @@ def test_the_chinese_is_traditional_in_taiwan_usage(path: Path):
                for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, text, converted, autojunk=False).get_opcodes()
                if op != "equal"]
     assert not changed, f"{path.name}: OpenCC s2twp rewrites {changed[:5]}: simplified characters or mainland terms"
+
+
+def test_lesson_11_has_its_counterpart():
+    """The drill's rubric, paper drills, follow-ups with their model answers, wrong answers and What to remember."""
+    from minicb.course import drill
+
+    zh = (ZH / "lessons" / "11_interview_drill.md").read_text()
+    english = ["".join(c["source"]) for c in cells(ROOT / "notebooks" / "11_interview_drill.ipynb")]
+    follow_ups = [text for text in english if text.startswith("**Follow-up")]
+    wrong = [text for text in english if text.startswith('**"')]
+    remember = next(text for text in english if "## What to remember" in text).split("**Next:**")[0]
+    rubric = section(zh, "Rubric")
+    assert numbered(rubric) == len(drill.RUBRIC)
+    assert numbers(rubric) == numbers(" ".join(f"{p.claim} {p.published}" for p in drill.RUBRIC))
+    paper = section(zh, "Drills on paper")
+    questions = [d.question() for d in drill._drills().values()]
+    assert numbered(paper) == len(questions) and numbers(paper) == numbers(" ".join(questions))
+    asked, _, answered = section(zh, "Follow-up questions").partition("（Model answers）")
+    assert numbered(asked) == numbered(answered) == len(follow_ups)
+    assert numbers(asked + answered) == numbers(re.sub(r"\*\*Follow-up \d+\. ", "", " ".join(follow_ups)))
+    mistakes = section(zh, "Common wrong answers")
+    assert numbered(mistakes) == len(wrong) and numbers(mistakes) == numbers(" ".join(wrong))
+    zh_remember = section(zh, "What to remember")
+    assert zh_remember.count("\n- ") == remember.count("\n- ")
+    assert numbers(zh_remember) == numbers(remember.replace("## What to remember", ""))

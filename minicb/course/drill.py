@@ -6,7 +6,6 @@ workspace measured (minicb.course.predictions), and keeps the published figures 
 """
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,19 +95,11 @@ _session: dict[str, dict] = {}
 
 def load(path: Path | None = None) -> dict[str, dict]:
     """"cold_60s", "cold_5min", "again" -> {"text", "words"}, and "score:<answer>" -> {"scores"}."""
-    path = path or _store()
-    if path is None:
-        return dict(_session)
-    return json.loads(path.read_text()) if path.exists() else {}
+    return predictions.read(path or _store(), _session)
 
 
 def _save(records: dict[str, dict]) -> None:
-    path = _store()
-    if path is None:
-        _session.clear()
-        _session.update(records)
-    else:
-        path.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    predictions.write(records, _store(), _session)
 
 
 def ready() -> None:

@@ -169,22 +169,29 @@ def workspace_store(root: Path) -> Path:
 _session: dict[str, dict] = {}
 
 
-def load(path: Path | None = None) -> dict[str, dict]:
-    """key -> {"answer": ..., and once revealed "measured" and "right"}; {"measured": ...} alone where the
-    learner made no prediction, or for a figure of MEASURED."""
-    path = path or store_path()
+def read(path: Path | None, session: dict[str, dict]) -> dict[str, dict]:
+    """The records in `path`; with no path, those kept in `session` (the kernel's memory)."""
     if path is None:
-        return dict(_session)
+        return dict(session)
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def save(records: dict[str, dict]) -> None:
-    path = store_path()
+def write(records: dict[str, dict], path: Path | None, session: dict[str, dict]) -> None:
     if path is None:
-        _session.clear()
-        _session.update(records)
+        session.clear()
+        session.update(records)
     else:
-        path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+        path.write_text(json.dumps(records, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def load(path: Path | None = None) -> dict[str, dict]:
+    """key -> {"answer": ..., and once revealed "measured" and "right"}; {"measured": ...} alone where the
+    learner made no prediction, or for a figure of MEASURED."""
+    return read(path or store_path(), _session)
+
+
+def save(records: dict[str, dict]) -> None:
+    write(records, store_path(), _session)
 
 
 def spec(key: str) -> Prediction:

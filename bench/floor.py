@@ -1,6 +1,6 @@
 """minicb's decode step against its matmul floor, side by side in one run.
 
-    .venv/bin/python bench/floor.py [--model smollm2] [--repeats 10]
+    .venv/bin/python bench/floor.py [--model smollm2] [--repeats 10] [--attn-backend flex] [--no-fit-threads]
 
 The floor is the step's matmuls alone: every nn.Linear of the loaded model (for a Llama: fused QKV, O,
 gate/up and down of every layer, and the LM head, tied or not), on random activations of the batch's shape,
@@ -47,8 +47,8 @@ def floor_pass(matmuls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | No
     return time.perf_counter() - start
 
 
-def measure(num_seqs: int, repeats: int, model: str | None) -> dict:
-    engine = decoding_engine(num_seqs, repeats + 4, seed=num_seqs, model=model, filler=FILLER)
+def measure(num_seqs: int, repeats: int, model: str | None, **engine_options) -> dict:
+    engine = decoding_engine(num_seqs, repeats + 4, seed=num_seqs, model=model, filler=FILLER, **engine_options)
     matmuls = step_matmuls(engine.runner.model, num_seqs)
     floor_pass(matmuls)   # warm-up: first-call allocations
     floors, steps, forwards = [], [], []
@@ -71,11 +71,15 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="what MINICB_MODEL takes (smollm2, a folder...); default: Bard")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--seqs", type=int, nargs="+", default=list(BATCHES))
+    ap.add_argument("--attn-backend", default="torch", help="EngineConfig.attn_backend (flex: bench/README.md)")
+    ap.add_argument("--fit-threads", action=argparse.BooleanOptionalAction, default=True,
+                    help="EngineConfig.fit_threads: --no-fit-threads shows two threads collapse on a busy machine")
     ap.add_argument("--out", type=Path, default=None, help="default: bench/results/floor[_MODEL].json")
     args = ap.parse_args()
     args.out = args.out or Path(f"bench/results/floor{'_' + Path(args.model).name if args.model else ''}.json")
-    rows = {n: measure(n, args.repeats, args.model) for n in args.seqs}
-    print(f"{args.model or 'bard'}: decode step against its {rows[args.seqs[0]]['matmuls']} matmuls "
+    rows = {n: measure(n, args.repeats, args.model, attn_backend=args.attn_backend, fit_threads=args.fit_threads)
+            for n in args.seqs}
+    print(f"{args.model or 'bard'}, attn_backend={args.attn_backend}: decode step against its {rows[args.seqs[0]]['matmuls']} matmuls "
           f"({rows[args.seqs[0]]['weights_mb']} MB of weights), median of {args.repeats}, "
           f"torch threads={torch.get_num_threads()}")
     print(f"{'seqs':>4s} {'step ms':>8s} {'forward ms':>10s} {'floor ms':>9s} {'step/floor':>10s} {'fwd/floor':>9s}")

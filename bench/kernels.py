@@ -11,9 +11,10 @@
   (one SDPA per sequence, which is what a ragged batch costs without a varlen kernel).
 - End to end: useful tok/s of minicb continuous batching (triton and torch backends) against HF
   transformers' continuous batching on the same GPU, for Bard and a random-init 0.5B-class Qwen2-shaped model.
-- A whole decode step of that model at batch 64 against the bandwidth roofline: a decode step must read
-  every weight once and every sequence's K/V once, so (weight bytes + KV bytes) / copy bandwidth is the
-  fastest it can be; the step's time over that says how far the engine is from it.
+- A whole decode step of that model at batch 64, per attention backend (triton, torch, flex), against the
+  bandwidth roofline: a decode step must read every weight once and every sequence's K/V once, so
+  (weight bytes + KV bytes) / copy bandwidth is the fastest it can be; the step's time over that says how
+  far the engine is from it.
 """
 from __future__ import annotations
 
@@ -177,10 +178,10 @@ def bench_decode_roofline(path: Path, batch: int, context: int, dtype: str, copy
     from minicb.runner.model_runner import ModelRunner
 
     rows = []
-    for backend in ("triton", "torch"):
+    for backend in ("triton", "torch", "flex"):   # flex: FlexAttention's Triton kernel, compiled on the first step
         blocks_per_seq = -(-context // 16)
         runner = ModelRunner(path, device=DEVICE, dtype=dtype, num_blocks=batch * blocks_per_seq, block_size=16,
-                             attn_backend=backend)
+                             attn_backend=backend, max_num_seqs=batch)
         chunks = [SequenceChunk([1], context - 1, list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)))
                   for i in range(batch)]
         step = build_flat_batch(chunks, 16, runner.device)

@@ -21,14 +21,15 @@ from minicb.lab.workload import bard_prompts
 
 
 def decoding_engine(num_seqs: int, max_tokens: int, compile: bool = False, seed: int = 0, model: str | None = None,
-                    filler: tuple[int, int] = (16, 200)) -> LLMEngine:
+                    filler: tuple[int, int] = (16, 200), **engine_options) -> LLMEngine:
     """An engine with num_seqs requests of mixed context lengths (a Bard speaker line and filler[0] to
     filler[1] - 1 random tokens), prefilled and one decode step in (so a compiled engine has compiled).
-    model: what EngineConfig.model takes (None: Bard); token ids below 2,000 exist in every vocabulary here."""
+    model: what EngineConfig.model takes (None: Bard); token ids below 2,000 exist in every vocabulary here;
+    engine_options: more EngineConfig fields."""
     block_size, longest = 16, 16 + filler[1] + max_tokens   # 16: room for the speaker line
     engine = LLMEngine(model=model, device="cpu", max_num_seqs=num_seqs, block_size=block_size,
                        num_blocks=num_seqs * -(-longest // block_size), max_model_len=longest,
-                       max_num_batched_tokens=8192, compile=compile)
+                       max_num_batched_tokens=8192, compile=compile, **engine_options)
     g = torch.Generator().manual_seed(seed)
     for prompt in bard_prompts(num_seqs, seed=seed):
         filler_ids = torch.randint(10, 2000, (int(torch.randint(*filler, (1,), generator=g)),), generator=g).tolist()

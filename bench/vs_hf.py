@@ -163,6 +163,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--seats", type=int, default=16)
     ap.add_argument("--compile", action="store_true", help="add a row for minicb with EngineConfig.compile=True")
+    ap.add_argument("--flex", action="store_true", help='add a row for minicb with attn_backend="flex"')
     ap.add_argument("--model", default=None, help="a folder, .gguf file, fetched name (smollm2) or hub id; "
                                                   "default: the shipped Bard")
     ap.add_argument("--max-tokens", type=int, default=None,
@@ -177,11 +178,19 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(path))
     prompts, lengths = workload(tok, args.requests, args.max_tokens)
     useful = sum(lengths)
-    runs = {"minicb continuous": run_minicb(prompts, lengths, args.seats, path),
-            **({"minicb continuous, compiled": run_minicb(prompts, lengths, args.seats, path, compile=True)}
-               if args.compile else {}),
-            "HF generate (padded static)": run_hf_padded(prompts, lengths, args.seats, tok.pad_token_id, path),
-            "HF continuous batching": run_hf_continuous(prompts, lengths, args.seats, path)}
+    threads = torch.get_num_threads()
+
+    def run(engine, *extra, **options) -> Run:
+        # Each engine starts on the process's threads: minicb's may fit them to the idle cores as it runs.
+        torch.set_num_threads(threads)
+        return engine(prompts, lengths, args.seats, *extra, **options)
+
+    runs = {"minicb continuous": run(run_minicb, path),
+            **({"minicb continuous, compiled": run(run_minicb, path, compile=True)} if args.compile else {}),
+            **({"minicb continuous, flex": run(run_minicb, path, attn_backend="flex")} if args.flex else {}),
+            "HF generate (padded static)": run(run_hf_padded, tok.pad_token_id, path),
+            "HF continuous batching": run(run_hf_continuous, path)}
+    torch.set_num_threads(threads)
     rows = {name: {"wall_s": round(r.wall_s, 2), "steps": r.steps, "ms_per_step": round(1e3 * r.wall_s / r.steps, 2),
                    "useful_tok_per_s": round(useful / r.wall_s, 1)} for name, r in runs.items()}
     base = rows["minicb continuous"]["useful_tok_per_s"]

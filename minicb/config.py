@@ -12,7 +12,7 @@ from minicb.costs import CostModel, PreemptionCost
 
 
 CHOICES = {"batching": ("static", "padded", "continuous"), "kv_reservation": ("paged", "contiguous"),
-           "attn_backend": ("torch", "torch-loop", "triton"),
+           "attn_backend": ("torch", "torch-loop", "triton", "flex"),
            "schedule_priority": ("decode_first", "prefill_first"),
            "scheduling_policy": ("fcfs", "priority"), "preemption_mode": ("recompute", "swap", "auto")}
 
@@ -62,7 +62,14 @@ class EngineConfig:
     step_cost: CostModel | None = None  # the simulator's cost model: StepCost (None: fitted for Bard on this
     #                                     CPU) or a GPU preset's RooflineCost from minicb.lab.hardware
     attn_backend: str = "torch"         # "torch": a masked SDPA per batch; "torch-loop": one per sequence;
-    #                                     "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1)
+    #                                     "triton": minicb_kernels (GPU, or CPU with TRITON_INTERPRET=1);
+    #                                     "flex": decode of 32 sequences or more reads the paged cache in
+    #                                     place (FlexAttention, compiled once per seats and pool). Not the
+    #                                     default: on this CPU it took 9% off a SmolLM2 step at 64 sequences
+    #                                     but its compile costs seconds, more than a lesson's engines win
+    fit_threads: bool = True            # on the CPU, run torch on the cores other programs leave idle, at
+    #                                     most torch's thread count: two threads on one free core wait for
+    #                                     each other and a step runs 3x slower (minicb/runner/cpu_threads.py)
     compile: bool = False               # torch.compile the forward, not attention: fewer, fused ops per step
     #                                     after a compile of tens of seconds; pays in long runs, not lessons
     trace_kv_blocks: bool = False       # record each block's owner every step (KVBlockMap widget); O(blocks)

@@ -45,7 +45,8 @@ def batch_over_nan_garbage(shapes: list[tuple[int, int]]) -> tuple[tuple, torch.
     return (torch.cat(qs), torch.cat(ks), torch.cat(vs), k_cache, v_cache, meta), torch.cat(want)
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+# flex hands batches this small to torch; tests/test_attention.py runs it over NaN garbage at its own sizes.
+@pytest.mark.parametrize("backend", [name for name in BACKENDS if name != "flex"])
 @pytest.mark.parametrize("shapes", [[(4, 1), (13, 1), (0, 1)], [(0, 5), (9, 3), (6, 1)]], ids=["decode", "mixed"])
 def test_nan_in_unowned_cache_slots_does_not_reach_the_output(backend, shapes):
     inputs, want = batch_over_nan_garbage(shapes)

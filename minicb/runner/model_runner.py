@@ -17,6 +17,7 @@ from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
 from minicb.runner.batch import FlatBatch, SequenceChunk
 from minicb.runner.batch_builder import build_flat_batch
+from minicb.runner.cpu_threads import ThreadFitter
 from minicb.sampling import SamplingParams, sample
 
 # Per batch row, in row order: the request's sampling params and its own generator.
@@ -92,15 +93,18 @@ class ModelRunner:
     def __init__(self, model: str | Path | None = None, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
                  attn_backend: str = "torch", num_swap_blocks: int = 0,
-                 decode_attention: Callable[..., torch.Tensor] | None = None, compile: bool = False):
+                 decode_attention: Callable[..., torch.Tensor] | None = None, compile: bool = False,
+                 max_num_seqs: int = 256, fit_threads: bool = True):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
         self.device = resolve_device(device)
-        self.attention, self.attn_backend = select_backend(attn_backend, self.device, decode_attention)
+        self.attention, self.attn_backend = select_backend(attn_backend, self.device, decode_attention,
+                                                           seats=max_num_seqs)
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)
         self.forward = CompiledModel(self.model) if compile else self.model
+        self.fit_threads = ThreadFitter() if fit_threads and self.device.type == "cpu" else lambda: None
         self.tokenizer = load_tokenizer(self.model_path)
         self.block_size, self.num_blocks = block_size, num_blocks
         c = self.config
@@ -136,6 +140,7 @@ class ModelRunner:
 
     def execute(self, batch: FlatBatch, sampling: RowSampling) -> list[int | None]:
         """Sample each row with its request's params and generator; None where logits are not finite."""
+        self.fit_threads()
         params, generators = zip(*sampling) if sampling else ((), ())
         return sample(self.logits(batch), list(params), list(generators))
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from minicb.course import predictions
 from minicb.course.predictions import MEASURED, PREDICTIONS, Prediction
 
-QUESTION = "What is continuous (in-flight) batching, and why did it replace static batching?"
 STORE_NAME = ".drill.json"
 WORDS_PER_MINUTE = 150   # a calm spoken pace
 ANSWERS = {"cold_60s": ("your 60-second cold answer", 60), "cold_5min": ("your 5-minute cold answer", 300),
@@ -221,9 +220,11 @@ def seat_chart() -> tuple[dict[str, tuple[int, int]], list[str]]:
     return {name: (run[0], run[-1]) for name, run in runs.items()}, rows
 
 
+STATIC_LENGTHS = (3, 12, 5, 8)   # tokens each request of the static batch wants
+
+
 def _static_utilization() -> float:
-    lengths = (3, 12, 5, 8)
-    return sum(lengths) / (len(lengths) * max(lengths))
+    return sum(STATIC_LENGTHS) / (len(STATIC_LENGTHS) * max(STATIC_LENGTHS))
 
 
 @dataclass(frozen=True)
@@ -253,14 +254,16 @@ def _drills() -> dict[str, PaperDrill]:
     from minicb.lab.hardware import H100_SXM, LLAMA3_8B, RooflineCost
 
     ridge = RooflineCost(LLAMA3_8B, H100_SXM).ridge_point
-    per_token = LLAMA3_8B.kv_bytes_per_token
+    per_token, lengths = LLAMA3_8B.kv_bytes_per_token, STATIC_LENGTHS
     return {
         "static_utilization": PaperDrill(
-            lambda: "A static batch of 4 seats runs requests that want 3, 12, 5 and 8 tokens, one token a step. "
-                    "What share of its seat-steps does useful work? (a share: 0.3 for 30%)",
+            lambda: f"A static batch of {len(lengths)} seats runs requests that want {', '.join(map(str, lengths[:-1]))} "
+                    f"and {lengths[-1]} tokens, one token a step. What share of its seat-steps does useful work? "
+                    "(a share: 0.3 for 30%)",
             _static_utilization, _within(0.02, "a share"),
-            lambda t: f"Useful seat-steps: 3 + 12 + 5 + 8 = 28. The batch holds 4 seats for the longest, 12 steps: "
-                      f"48. 28 / 48 = {t:.0%}."),
+            lambda t: f"Useful seat-steps: {' + '.join(map(str, lengths))} = {sum(lengths)}. The batch holds "
+                      f"{len(lengths)} seats for the longest, {max(lengths)} steps: {len(lengths) * max(lengths)}. "
+                      f"{sum(lengths)} / {len(lengths) * max(lengths)} = {t:.0%}."),
         "kv_bytes": PaperDrill(
             lambda: f"{LLAMA3_8B.name} keeps K and V in {LLAMA3_8B.num_layers} layers, {LLAMA3_8B.num_kv_heads} KV "
                     f"heads of {LLAMA3_8B.head_dim} numbers, in bf16 (2 bytes). How many MB (10^6 bytes) of KV "

@@ -79,8 +79,8 @@ def main() -> None:
     args.out = args.out or Path(f"bench/results/floor{'_' + Path(args.model).name if args.model else ''}.json")
     rows = {n: measure(n, args.repeats, args.model, attn_backend=args.attn_backend, fit_threads=args.fit_threads)
             for n in args.seqs}
-    print(f"{args.model or 'bard'}, attn_backend={args.attn_backend}: decode step against its {rows[args.seqs[0]]['matmuls']} matmuls "
-          f"({rows[args.seqs[0]]['weights_mb']} MB of weights), median of {args.repeats}, "
+    print(f"{args.model or 'bard'}, attn_backend={args.attn_backend}: decode step against its "
+          f"{rows[args.seqs[0]]['matmuls']} matmuls ({rows[args.seqs[0]]['weights_mb']} MB of weights), median of {args.repeats}, "
           f"torch threads={torch.get_num_threads()}")
     print(f"{'seqs':>4s} {'step ms':>8s} {'forward ms':>10s} {'floor ms':>9s} {'step/floor':>10s} {'fwd/floor':>9s}")
     for n, r in rows.items():

@@ -1,11 +1,12 @@
 """minicb's continuous batching against Hugging Face transformers, one workload, one run, one machine.
 
-    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16] [--compile] [--model PATH_OR_NAME]
+    .venv/bin/python bench/vs_hf.py [--requests 64] [--seats 16] [--compile] [--flex] [--model PATH_OR_NAME]
 
 Every engine serves the same prompts with the same per-request output lengths (forced, greedy),
 so the useful tokens are identical and only the serving differs:
 - minicb continuous batching, max_num_seqs = seats (and, with --compile, EngineConfig.compile=True, timed on
-  its second pass over the workload: the first one compiles);
+  its second pass over the workload: the first one compiles; with --flex, attn_backend="flex", its compile
+  timed in: a first run pays it);
 - HF `generate`, left-padded static batches of `seats`, each run to its longest member;
 - HF's own continuous batching manager (transformers >= 5), an explicit small config.
 

@@ -18,6 +18,7 @@ from minicb.course.predictions import STORE_NAME, STORE_VARIABLE
 from minicb.engine import LLMEngine
 from minicb.lab.hardware import LLAMA3_8B
 from minicb.sampling import SamplingParams
+from test_notebooks_fresh import numbers_not_shown, source
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "notebooks" / "11_interview_drill.ipynb"
@@ -187,17 +188,14 @@ def cells(path: Path = LESSON) -> list[dict]:
     return json.loads(path.read_text())["cells"]
 
 
-def source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
 def shown_by_the_lessons() -> str:
     """Markdown and stored outputs of lessons 00-10, and docs/FACTS.md: where a model answer's numbers come from."""
     texts = [(ROOT / "docs" / "FACTS.md").read_text()]
     for path in sorted((ROOT / "notebooks").glob("[01]*.ipynb")):
         if path != LESSON:
-            texts += [source(c) for c in cells(path)] + ["".join(o.get("text", "")) for c in cells(path)
-                                                          for o in c.get("outputs", [])]
+            lesson = cells(path)
+            texts += [source(c) for c in lesson] + ["".join(o.get("text", "")) for c in lesson
+                                                    for o in c.get("outputs", [])]
     return " ".join(texts).replace(",", "")
 
 
@@ -210,8 +208,7 @@ def test_follow_ups_and_wrong_answers_are_folded_and_quote_the_courses_numbers()
         question, folded = text.split("\n\n<details><summary>", 1)
         assert folded.startswith(("Model answer</summary>", "Why it is wrong</summary>")), question
         assert folded.rstrip().endswith("</details>"), question
-        typed = [n for n in re.findall(r"(?<![\w.])\d[\d,]*\.?\d*(?![\w])", folded)
-                 if n.replace(",", "").rstrip(".") not in shown]
+        typed = numbers_not_shown(folded, shown)
         assert not typed, f"{question}: quotes numbers no lesson shows: {typed}"
 
 

@@ -239,6 +239,11 @@ def test_a_lesson_uses_no_term_before_the_lesson_that_teaches_it():
                        f"tag the cell '{FORWARD}' if it points ahead on purpose):\n" + "\n".join(early))
 
 
+def numbers_not_shown(text: str, shown: str) -> list[str]:
+    """The numbers `text` quotes (thousands commas or not) that `shown`, written without commas, never does."""
+    return [n for n in re.findall(r"(?<![\w.])\d[\d,]*\.?\d*(?![\w])", text) if n.replace(",", "").rstrip(".") not in shown]
+
+
 @pytest.mark.parametrize("path", COURSE, ids=lambda p: p.stem)
 def test_a_lesson_ends_with_questions_to_answer_in_your_own_words(path: Path):
     """Before "What to remember": 3-6 open questions, a cell for the learner's answers, then the model answers,
@@ -258,9 +263,7 @@ def test_a_lesson_ends_with_questions_to_answer_in_your_own_words(path: Path):
     shown = " ".join(source(c) for i, c in enumerate(cells) if i not in tagged) + " ".join(
         "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
         for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
-    shown = shown.replace(",", "")
-    typed = [n for n in re.findall(r"(?<![\w.])\d[\d,]*\.?\d*(?![\w])", re.sub(r"^\d+\. ", "", model, flags=re.M))
-             if n.replace(",", "").rstrip(".") not in shown]
+    typed = numbers_not_shown(re.sub(r"^\d+\. ", "", model, flags=re.M), shown.replace(",", ""))
     assert not typed, f"{path.name}: model answers quote numbers the lesson never shows: {typed}"
     words = sum(len(text.split()) for text in prose(path, check_yourself=True))
     assert words <= MAX_CHECK_YOURSELF_WORDS, (

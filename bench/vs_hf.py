@@ -169,6 +169,7 @@ def main() -> None:
                                                   "default: the shipped Bard")
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="cap of the heavy-tailed output lengths (default: 64 for a chat model, 256 for Bard)")
+    ap.add_argument("--dtype", default="float32", help="every engine's dtype: float32 or bfloat16")
     ap.add_argument("--out", type=Path, default=None, help="default: bench/results/vs_hf[_MODEL].json")
     args = ap.parse_args()
     path = resolve_model_path(args.model)
@@ -184,7 +185,7 @@ def main() -> None:
     def run(engine, *extra, **options) -> Run:
         # Each engine starts on the process's threads: minicb's may fit them to the idle cores as it runs.
         torch.set_num_threads(threads)
-        return engine(prompts, lengths, args.seats, *extra, **options)
+        return engine(prompts, lengths, args.seats, *extra, dtype=args.dtype, **options)
 
     runs = {"minicb continuous": run(run_minicb, path),
             **({"minicb continuous, compiled": run(run_minicb, path, compile=True)} if args.compile else {}),

@@ -70,6 +70,9 @@ class EngineConfig:
     fit_threads: bool = True            # on the CPU, run torch on the cores other programs leave idle, at
     #                                     most torch's thread count: two threads on one free core wait for
     #                                     each other and a step runs 3x slower (minicb/runner/cpu_threads.py)
+    pack_weights: bool = True           # fp32 on an x86 CPU: matmuls through oneDNN on weights reordered once
+    #                                     at load, 2.2x faster than MKL here at 16 sequences, for a second copy
+    #                                     of the weights (minicb/model/packed_linear.py). Not with compile
     compile: bool = False               # torch.compile the forward, not attention: fewer, fused ops per step
     #                                     after a compile of tens of seconds; pays in long runs, not lessons
     trace_kv_blocks: bool = False       # record each block's owner every step (KVBlockMap widget); O(blocks)
@@ -108,8 +111,8 @@ class EngineConfig:
               "use a finite number of seconds > 0 or None")
         check("swap_space_mb", lambda v: is_finite_number(v) and v >= 0, "use a finite number >= 0")
         check("kv_cache_memory_mb", lambda v: is_finite_number(v) and v > 0, "use a finite number > 0")
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "compile",
-                     "trace_kv_blocks", "check_kv_invariants"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "simulate", "compile", "pack_weights",
+                     "fit_threads", "trace_kv_blocks", "check_kv_invariants"):
             check(name, lambda v: isinstance(v, bool), "use True or False")
         check("seed", is_int, "use an integer")
         check("step_cost", lambda v: v is None or isinstance(v, CostModel),

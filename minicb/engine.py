@@ -81,7 +81,7 @@ class LLMEngine:
             self.runner = ModelRunner(model_path, device=device, dtype=dtype, num_blocks=num_blocks,
                                       block_size=c.block_size, attn_backend=c.attn_backend,
                                       num_swap_blocks=num_swap_blocks, max_num_seqs=c.max_num_seqs,
-                                      fit_threads=c.fit_threads,
+                                      fit_threads=c.fit_threads, pack_weights=c.pack_weights,
                                       decode_attention=parts.paged_decode_attention, compile=c.compile)
         self.tokenizer = self.runner.tokenizer
         # A sequence can never hold more tokens than the whole pool: there it stops, with "length".

@@ -5,11 +5,16 @@ prompts of different lengths.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
 from minicb.llm import LLM
+from minicb.model.packed_linear import PackedLinear, can_pack, pack_linears
 from minicb.runner.batch import SequenceChunk
 from minicb.runner.batch_builder import build_flat_batch
 from minicb.runner.model_runner import ModelRunner
@@ -92,3 +97,24 @@ def test_prefill_in_two_chunks_equals_one_prefill(bard_runner, split):
     bard_runner.logits(build_flat_batch([first], 16))
     second = bard_runner.logits(build_flat_batch([SequenceChunk(prompt[split:], split, table)], 16))
     torch.testing.assert_close(second, whole, atol=1e-5, rtol=0)
+
+
+def test_packed_linears_compute_what_the_dense_weights_do(bard_runner):
+    """EngineConfig.pack_weights against F.linear on the dense weights, for 1 to 300 rows, with and without a
+    bias. The engine's parity tests above run through the packed layers; a deepcopy of one (lesson 03 makes
+    one) has no packed weight and computes densely."""
+    if not can_pack(torch.device("cpu"), torch.float32):
+        pytest.skip("minicb packs weights for oneDNN on an x86 CPU only")
+    assert isinstance(bard_runner.model.lm_head, PackedLinear) and bard_runner.model.lm_head.packed is not None
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.Linear(96, 40, bias=False))
+    dense = copy.deepcopy(model)
+    pack_linears(model)
+    for rows in (1, 16, 300):
+        x = torch.randn(rows, 64, generator=g)
+        with torch.inference_mode():
+            torch.testing.assert_close(model(x), F.linear(F.linear(x, dense[0].weight, dense[0].bias), dense[1].weight),
+                                       atol=1e-5, rtol=1e-5)
+    copied = copy.deepcopy(model[0])
+    assert copied.packed is None
+    torch.testing.assert_close(copied(x), dense[0](x))

@@ -13,6 +13,7 @@ from minicb.attention import select_backend
 from minicb.config import EngineConfig
 from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.compiled import CompiledModel
+from minicb.model.packed_linear import can_pack, pack_linears
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
 from minicb.runner.batch import FlatBatch, SequenceChunk
@@ -94,7 +95,7 @@ class ModelRunner:
                  dtype: str | torch.dtype | None = None, num_blocks: int = 512, block_size: int = 16,
                  attn_backend: str = "torch", num_swap_blocks: int = 0,
                  decode_attention: Callable[..., torch.Tensor] | None = None, compile: bool = False,
-                 max_num_seqs: int = 256, fit_threads: bool = True):
+                 max_num_seqs: int = 256, fit_threads: bool = True, pack_weights: bool = True):
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must both be >= 1")
         self.device = resolve_device(device)
@@ -103,6 +104,8 @@ class ModelRunner:
         self.dtype = resolve_dtype(dtype, self.device)
         self.model_path = resolve_model_path(model)
         self.model, self.config = load_model(self.model_path, self.device, self.dtype)
+        if pack_weights and not compile and can_pack(self.device, self.dtype):   # compile cannot lower them
+            pack_linears(self.model)
         self.forward = CompiledModel(self.model) if compile else self.model
         self.fit_threads = ThreadFitter() if fit_threads and self.device.type == "cpu" else lambda: None
         self.tokenizer = load_tokenizer(self.model_path)

@@ -79,9 +79,37 @@ def dense_layout(meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -
     return meta.derived[key]
 
 
+def split_decodes(meta: AttentionMetadata) -> list[tuple[torch.Tensor, AttentionMetadata]] | None:
+    """A step with both one-token (decode) and longer (prefill) sequences as two batches of their own: padded
+    together, every decode row would be padded to the longest prompt chunk, and a SmolLM2 step of 15 decodes
+    and one 40-token prompt spent 6x longer in attention. Each part: its rows of the batch, its metadata.
+    None when the step holds one kind only. Built once per step."""
+    if "parts" not in meta.derived:
+        q_lens = meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]                                   # (B,)
+        single = q_lens == 1
+        mixed = meta.max_query_len > 1 and bool(single.any())
+        meta.derived["parts"] = [sub_batch(meta, single.nonzero()[:, 0], q_lens),
+                                 sub_batch(meta, (~single).nonzero()[:, 0], q_lens)] if mixed else None
+    return meta.derived["parts"]
+
+
+def sub_batch(meta: AttentionMetadata, seqs: torch.Tensor,
+              q_lens: torch.Tensor) -> tuple[torch.Tensor, AttentionMetadata]:
+    """The batch rows of the given sequences, and the metadata of those sequences alone."""
+    q_lens, seq_lens = q_lens[seqs], meta.seq_lens[seqs]
+    cu = F.pad(q_lens.cumsum(0), (1, 0)).to(torch.int32)                                          # (b+1,)
+    rows = (torch.repeat_interleave(meta.cu_seqlens_q[:-1][seqs] - cu[:-1], q_lens)
+            + torch.arange(int(cu[-1]), device=cu.device)).long()                                 # (t,)
+    part = AttentionMetadata(cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=meta.block_tables[seqs],
+                             slot_mapping=meta.slot_mapping[rows], max_query_len=int(q_lens.max()),
+                             max_seq_len=int(seq_lens.max()))
+    return rows, part
+
+
 def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                                v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """The same attention as paged_attention, in one SDPA call for the whole batch.
+    """The same attention as paged_attention, in one SDPA call for the whole batch (two in a step that mixes
+    decodes and prompts: split_decodes).
 
     Every sequence's context is gathered through its block table into one padded tensor
     (B, max_seq_len, n_kv, hd), and the queries into (B, max_query_len, H, hd); a mask hides
@@ -89,6 +117,18 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     small ones. The Triton kernels of lesson 05 get both: one launch and no padding.
     """
     store_kv(k, v, k_cache, v_cache, meta)
+    parts = split_decodes(meta)
+    if parts is None:
+        return attend_padded(q, k_cache, v_cache, meta, scale)
+    out = torch.empty_like(q)
+    for rows, part in parts:
+        out[rows] = attend_padded(q[rows], k_cache, v_cache, part, scale)
+    return out
+
+
+def attend_padded(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                  scale: float) -> torch.Tensor:
+    """q (T, H, hd) against the cached contexts, laid out densely -> (T, H, hd)."""
     context_slots, past_end, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1], q.dtype)
     B, S = context_slots.shape
     keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten())      # (B * S, n_kv, hd)
@@ -97,7 +137,7 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     # request's NaN or inf. The mask gives them weight 0, but 0 * NaN is NaN: zero them so they add nothing.
     keys.index_fill_(0, past_end, 0.0)
     values.index_fill_(0, past_end, 0.0)
-    keys, values = keys.view(B, S, *k.shape[1:]), values.view(B, S, *v.shape[1:])  # (B, S, n_kv, hd) each
+    keys, values = keys.view(B, S, *k_cache.shape[2:]), values.view(B, S, *v_cache.shape[2:])  # (B, S, n_kv, hd)
     decode_only = meta.max_query_len == 1   # one row per sequence, in order: no scatter needed
     if decode_only:
         queries = q[:, None]                                                 # (B, 1, H, hd)
@@ -107,4 +147,3 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                          attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)
     return out[:, 0] if decode_only else out[seq_of_row, row_in_seq]         # (T, H, hd)
-

@@ -74,7 +74,9 @@ class EngineConfig:
     #                                     at load, 2.2x faster than MKL here at 16 sequences, for a second copy
     #                                     of the weights (minicb/model/packed_linear.py). Not with compile
     compile: bool = False               # torch.compile the forward, not attention: fewer, fused ops per step
-    #                                     after a compile of tens of seconds; pays in long runs, not lessons
+    #                                     after a compile of tens of seconds. It cannot lower packed weights,
+    #                                     so on an x86 CPU eager is faster (bench/README.md); elsewhere it
+    #                                     pays in long runs, not lessons
     trace_kv_blocks: bool = False       # record each block's owner every step (KVBlockMap widget); O(blocks)
     trace_max_steps: int | None = 100_000  # newest steps the trace keeps, so a long-lived server's memory
     #                                     stays flat; 0: no trace at all; None: keep every step

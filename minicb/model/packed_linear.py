@@ -2,8 +2,8 @@
 
 PyTorch sends an fp32 matmul on the CPU to MKL. On the course's AMD EPYC, a SmolLM2 decode step's 121
 matmuls took 70 ms at 16 sequences through MKL and 32 ms through oneDNN, with each weight reordered once,
-at load, into the blocks oneDNN's kernels read (bench/README.md). vLLM's CPU backend packs its weights for
-oneDNN too (vllm/model_executor/layers/utils.py, dispatch_cpu_unquantized_gemm, main on 2026-12-07).
+at load, into the blocks oneDNN's kernels read (bench/README.md). vLLM's CPU backend also prepares each
+weight for oneDNN once, at load (docs/FACTS.md).
 
 The dense weight stays, so a lesson can still read, count and copy it: packing costs a second copy of the
 weights. The packed copy is made at load; the engine never changes a weight after that.
@@ -23,7 +23,10 @@ class PackedLinear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None or x.dtype != self.packed.dtype or x.device.type != "cpu":
+        # oneDNN's call costs about 10 us more than MKL's: below ~1M multiply-adds (Bard's matmuls for one
+        # sequence) MKL's is the faster
+        small = x.numel() * self.out_features < 2**20
+        if self.packed is None or small or x.dtype != self.packed.dtype or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 

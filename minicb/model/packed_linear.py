@@ -23,10 +23,12 @@ class PackedLinear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # oneDNN's call costs about 10 us more than MKL's: below ~1M multiply-adds (Bard's matmuls for one
-        # sequence) MKL's is the faster
-        small = x.numel() * self.out_features < 2**20
-        if self.packed is None or small or x.dtype != self.packed.dtype or x.device.type != "cpu":
+        # oneDNN's call costs about 10 us more than MKL's, and ~0.5 ms to set up for each new row count. So it
+        # takes calls from ~1M multiply-adds (Bard's for one sequence stay on MKL), and a prompt's (over 64 rows)
+        # only on weights big enough to repay the set-up (SmolLM2's, not Bard's)
+        rows, size = x.numel() // x.shape[-1], self.weight.numel()
+        worth_it = rows * size >= 2**20 and (rows <= 64 or size >= 2**19)
+        if self.packed is None or not worth_it or x.dtype != self.packed.dtype or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 

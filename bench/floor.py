@@ -1,6 +1,7 @@
 """minicb's decode step against its matmul floor, side by side in one run.
 
-    .venv/bin/python bench/floor.py [--model smollm2] [--repeats 10] [--attn-backend flex] [--no-fit-threads] [--no-pack-weights]
+    .venv/bin/python bench/floor.py [--model smollm2] [--repeats 10] [--attn-backend flex] [--no-fit-threads]
+                                    [--no-pack-weights]
 
 The floor is the step's matmuls alone: every nn.Linear of the loaded model (for a Llama: fused QKV, O,
 gate/up and down of every layer, and the LM head, tied or not), on random activations of the batch's shape,
@@ -89,10 +90,11 @@ def main() -> None:
     rows = {n: measure(n, args.repeats, args.model, attn_backend=args.attn_backend, fit_threads=args.fit_threads,
                     pack_weights=args.pack_weights)
             for n in args.seqs}
+    first = rows[args.seqs[0]]
     print(f"{args.model or 'bard'}, attn_backend={args.attn_backend}: decode step against its "
-          f"{rows[args.seqs[0]]['matmuls']} matmuls ({rows[args.seqs[0]]['weights_mb']} MB of weights), median of {args.repeats}, "
+          f"{first['matmuls']} matmuls ({first['weights_mb']} MB of weights), median of {args.repeats}, "
           f"torch threads={torch.get_num_threads()}")
-    packed = "packed_floor_ms" in rows[args.seqs[0]]
+    packed = "packed_floor_ms" in first
     print(f"{'seqs':>4s} {'step ms':>8s} {'forward ms':>10s} {'floor ms':>9s} {'step/floor':>10s} {'fwd/floor':>9s}"
           + (f" {'packed floor ms':>15s} {'step/packed':>11s}" if packed else ""))
     for n, r in rows.items():

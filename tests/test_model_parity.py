@@ -11,9 +11,9 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
 from torch import nn
 
-from conftest import TINY_VARIANTS, compare_greedy, hf_greedy
 from minicb.llm import LLM
 from minicb.model.packed_linear import PackedLinear, can_pack, pack_linears
 from minicb.runner.batch import SequenceChunk

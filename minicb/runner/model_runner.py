@@ -13,9 +13,9 @@ from minicb.attention import select_backend
 from minicb.config import EngineConfig
 from minicb.costs import PreemptionCost, simulated_preemption_cost
 from minicb.model.compiled import CompiledModel
-from minicb.model.packed_linear import can_pack, pack_linears
 from minicb.model.config import ModelConfig
 from minicb.model.loader import load_model, resolve_model_path
+from minicb.model.packed_linear import can_pack, pack_linears
 from minicb.runner.batch import FlatBatch, SequenceChunk
 from minicb.runner.batch_builder import build_flat_batch
 from minicb.runner.cpu_threads import ThreadFitter

@@ -23,7 +23,7 @@ from overhead import decoding_engine, time_steps  # noqa: E402
 
 KINDS = {  # the outermost aten op of each kind of work -> kind (its CPU time includes the ops it calls)
     "aten::mm": "matmul (projections, LM head)",
-    "aten::addmm": "matmul (projections, LM head)",
+    "aten::addmm": "matmul (projections, LM head)", "mkldnn::_linear_pointwise": "matmul (projections, LM head)",
     "aten::scaled_dot_product_attention": "SDPA",
     "aten::index_select": "KV cache scatter and gather", "aten::index_copy_": "KV cache scatter and gather",
     "aten::index_fill_": "KV cache scatter and gather",
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="what MINICB_MODEL takes (smollm2, a folder...); default: Bard")
     ap.add_argument("--top", type=int, default=0, help="also list the N aten ops with the most own CPU time")
     args = ap.parse_args()
-    engine = decoding_engine(args.seqs, 3 * args.steps, args.compile, model=args.model)
+    engine = decoding_engine(args.seqs, 3 * args.steps, args.compile, model=args.model, filler=(24, 100))
     step_s, forward_s = time_steps(engine, args.steps)
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:

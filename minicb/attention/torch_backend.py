@@ -65,17 +65,19 @@ def dense_layout(meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -
     if key not in meta.derived:
         B, S, Q = meta.num_seqs, meta.max_seq_len, meta.max_query_len
         device = meta.seq_lens.device
+        lens = meta.seq_lens.long()
         pos = torch.arange(S, device=device)
-        blocks = meta.block_tables.long().clamp(min=0).gather(1, (pos // block_size).expand(B, S))
-        context_slots = blocks * block_size + pos % block_size                                  # (B, S)
+        # Past its end a sequence reads its own first slot again. Any other slot might hold a stale NaN of
+        # another request, and though the mask gives it weight 0, 0 * NaN is NaN. Its own is finite.
+        read = torch.where(pos[None, :] < lens[:, None], pos[None, :], 0)                        # (B, S)
+        context_slots = meta.block_tables.long().gather(1, read // block_size) * block_size + read % block_size
         q_lens = (meta.cu_seqlens_q[1:] - meta.cu_seqlens_q[:-1]).long()                        # (B,)
         seq_of_row = torch.repeat_interleave(torch.arange(B, device=device), q_lens)            # (T,)
         row_in_seq = torch.arange(len(seq_of_row), device=device) - meta.cu_seqlens_q[:-1].long()[seq_of_row]
-        q_pos = (meta.seq_lens.long() - q_lens)[:, None] + torch.arange(Q, device=device)[None, :]  # (B, Q)
+        q_pos = (lens - q_lens)[:, None] + torch.arange(Q, device=device)[None, :]              # (B, Q)
         visible = pos[None, None, :] <= q_pos[:, :, None]                                        # (B, Q, S)
-        past_end = (pos[None, :] >= meta.seq_lens.long()[:, None]).flatten().nonzero()[:, 0]   # (P,) of B * S
         mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
-        meta.derived[key] = (context_slots, past_end, seq_of_row, row_in_seq, mask[:, None])   # mask (B, 1, Q, S)
+        meta.derived[key] = (context_slots, seq_of_row, row_in_seq, mask[:, None])              # mask (B, 1, Q, S)
     return meta.derived[key]
 
 
@@ -129,21 +131,17 @@ def paged_attention_vectorized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def attend_padded(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                   scale: float) -> torch.Tensor:
     """q (T, H, hd) against the cached contexts, laid out densely -> (T, H, hd)."""
-    context_slots, past_end, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1], q.dtype)
+    context_slots, seq_of_row, row_in_seq, mask = dense_layout(meta, k_cache.shape[1], q.dtype)
     B, S = context_slots.shape
-    keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten())      # (B * S, n_kv, hd)
-    values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten())    # (B * S, n_kv, hd)
-    # Positions past a sequence's end read block 0 or a reused block's stale tail, which may hold another
-    # request's NaN or inf. The mask gives them weight 0, but 0 * NaN is NaN: zero them so they add nothing.
-    keys.index_fill_(0, past_end, 0.0)
-    values.index_fill_(0, past_end, 0.0)
-    keys, values = keys.view(B, S, *k_cache.shape[2:]), values.view(B, S, *v_cache.shape[2:])  # (B, S, n_kv, hd)
-    decode_only = meta.max_query_len == 1   # one row per sequence, in order: no scatter needed
-    if decode_only:
-        queries = q[:, None]                                                 # (B, 1, H, hd)
-    else:
-        queries = q.new_zeros(B, meta.max_query_len, *q.shape[1:])           # (B, Q, H, hd)
-        queries[seq_of_row, row_in_seq] = q
-    out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)
-    return out[:, 0] if decode_only else out[seq_of_row, row_in_seq]         # (T, H, hd)
+    keys = k_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *k_cache.shape[2:])
+    values = v_cache.flatten(0, 1).index_select(0, context_slots.flatten()).view(B, S, *v_cache.shape[2:])
+    keys, values = keys.transpose(1, 2), values.transpose(1, 2)                   # (B, n_kv, S, hd)
+    if meta.max_query_len == 1:   # decodes only: the query heads that share a KV head are its rows
+        n_kv, hd = k_cache.shape[2:]
+        out = F.scaled_dot_product_attention(q.view(B, n_kv, -1, hd), keys, values, attn_mask=mask, scale=scale)
+        return out.reshape(q.shape)                                               # (B, H, hd)
+    queries = q.new_zeros(B, meta.max_query_len, *q.shape[1:])                    # (B, Q, H, hd)
+    queries[seq_of_row, row_in_seq] = q
+    out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=mask, scale=scale,
+                                         enable_gqa=True).transpose(1, 2)        # (B, Q, H, hd)
+    return out[seq_of_row, row_in_seq]                                            # (T, H, hd)

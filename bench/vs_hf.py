@@ -14,7 +14,8 @@ The default model is the shipped Bard: speaker-line prompts, heavy-tailed length
 takes what MINICB_MODEL takes (a folder, a .gguf file, a fetched model's name such as "smollm2", a hub id); a
 model with a chat template gets chat requests instead, each a question through its template, with heavy-tailed
 lengths up to 64 tokens (`--max-tokens` changes either cap). ms/step is the wall time over the forward passes,
-prefill and decode steps alike.
+prefill and decode steps alike. Last, the matmuls alone of minicb's own steps, each step's shape timed once:
+no engine of these weights can beat that on this machine, and each engine's time is a multiple of it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,7 +83,9 @@ def hf_model(path: Path = BARD_PATH, device: str = "cpu", dtype: str = "float32"
 
 
 def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: Path = BARD_PATH,
-               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch", compile: bool = False) -> Run:
+               device: str = "cpu", dtype: str = "float32", attn_backend: str = "torch", compile: bool = False,
+               after: Callable[[LLM, list], None] | None = None) -> Run:
+    """`after`, if given, gets the engine and the records of the timed steps, once the timing is done."""
     from minicb import SamplingParams
 
     # A KV pool that holds every request at once, as HF's 4,096 pages do: no run is slowed by preemption.
@@ -96,7 +100,25 @@ def run_minicb(prompts: list[list[int]], lengths: list[int], seats: int, path: P
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
     assert [len(o.outputs[0].token_ids) for o in outs] == lengths
-    return Run(wall, llm.engine.trace.num_steps - steps_before)
+    steps = llm.engine.trace.num_steps - steps_before
+    if after is not None:
+        after(llm, llm.engine.trace.steps[-steps:])
+    return Run(wall, steps)
+
+
+def matmuls_alone(model: torch.nn.Module, steps: list) -> float:
+    """Seconds the steps' matmuls alone take, as the engine runs them (packed or not): for each step, every
+    Linear but the LM head on its tokens, the LM head on its sequences. What no engine of these weights can
+    beat on this CPU (floor.py's matmuls, at each step's shape)."""
+    from floor import floor_pass, step_matmuls
+
+    seconds = {}   # (tokens, sequences) -> seconds, timed once per shape after a warm-up pass
+    for shape in sorted({(step.num_tokens, len(step.seats)) for step in steps}):
+        matmuls = [(x, m) for x, m in step_matmuls(model, shape[0]) if m is not model.lm_head]
+        matmuls += [(x, m) for x, m in step_matmuls(model, shape[1]) if m is model.lm_head]
+        floor_pass(matmuls, packed=True)
+        seconds[shape] = floor_pass(matmuls, packed=True)
+    return sum(seconds[step.num_tokens, len(step.seats)] for step in steps)
 
 
 def run_hf_padded(prompts: list[list[int]], lengths: list[int], seats: int, pad_id: int | None,
@@ -187,7 +209,9 @@ def main() -> None:
         torch.set_num_threads(threads)
         return engine(prompts, lengths, args.seats, *extra, dtype=args.dtype, **options)
 
-    runs = {"minicb continuous": run(run_minicb, path),
+    alone = {}   # the matmuls alone of minicb's steps, timed after its run
+    runs = {"minicb continuous": run(run_minicb, path, after=lambda llm, steps: alone.update(
+                seconds=matmuls_alone(llm.engine.runner.model, steps))),
             **({"minicb continuous, compiled": run(run_minicb, path, compile=True)} if args.compile else {}),
             **({"minicb continuous, flex": run(run_minicb, path, attn_backend="flex")} if args.flex else {}),
             "HF generate (padded static)": run(run_hf_padded, tok.pad_token_id, path),
@@ -204,9 +228,13 @@ def main() -> None:
     for name, r in rows.items():
         print(f"{name:32s} {r['wall_s']:8.2f} {r['steps']:6d} {r['ms_per_step']:8.2f} {r['useful_tok_per_s']:9.1f} "
               f"{base / r['useful_tok_per_s']:14.2f}")
+    ours, theirs = runs["minicb continuous"].wall_s, runs["HF continuous batching"].wall_s
+    print(f"minicb's steps, their matmuls alone: {alone['seconds']:.2f} s; minicb took {ours / alone['seconds']:.2f}x "
+          f"that, HF continuous batching {theirs / alone['seconds']:.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"model": str(path), "requests": args.requests, "seats": args.seats, "useful_tokens": useful,
-                                    "lengths": lengths, "engines": rows}, indent=2) + "\n")
+                                    "lengths": lengths, "engines": rows, "matmuls_alone_s": round(alone["seconds"], 2)},
+                                   indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def attend_padded(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     keys, values = keys.transpose(1, 2), values.transpose(1, 2)                   # (B, n_kv, S, hd)
     if meta.max_query_len == 1:   # decodes only: the query heads that share a KV head are its rows
         n_kv, hd = k_cache.shape[2:]
-        out = F.scaled_dot_product_attention(q.view(B, n_kv, -1, hd), keys, values, attn_mask=mask, scale=scale)
+        out = F.scaled_dot_product_attention(q.reshape(B, n_kv, -1, hd), keys, values, attn_mask=mask, scale=scale)
         return out.reshape(q.shape)                                               # (B, H, hd)
     queries = q.new_zeros(B, meta.max_query_len, *q.shape[1:])                    # (B, Q, H, hd)
     queries[seq_of_row, row_in_seq] = q

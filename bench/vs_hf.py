@@ -113,11 +113,11 @@ def matmuls_alone(model: torch.nn.Module, steps: list) -> float:
     from floor import floor_pass, step_matmuls
 
     seconds = {}   # (tokens, sequences) -> seconds, timed once per shape after a warm-up pass
-    for shape in sorted({(step.num_tokens, len(step.seats)) for step in steps}):
-        matmuls = [(x, m) for x, m in step_matmuls(model, shape[0]) if m is not model.lm_head]
-        matmuls += [(x, m) for x, m in step_matmuls(model, shape[1]) if m is model.lm_head]
+    for tokens, seqs in sorted({(step.num_tokens, len(step.seats)) for step in steps}):
+        # every sequence brings at least one token, so the LM head's rows are the first `seqs` of its input
+        matmuls = [(x[:seqs] if m is model.lm_head else x, m) for x, m in step_matmuls(model, tokens)]
         floor_pass(matmuls, packed=True)
-        seconds[shape] = floor_pass(matmuls, packed=True)
+        seconds[tokens, seqs] = floor_pass(matmuls, packed=True)
     return sum(seconds[step.num_tokens, len(step.seats)] for step in steps)
 
 
